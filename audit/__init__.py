@@ -1,0 +1,25 @@
+"""Audit DB: the control plane that tracks every File through its states (ADR-0004)."""
+
+from audit.models import FileState
+from audit.store import (
+    AuditDB,
+    AuditError,
+    FileRecord,
+    IllegalTransition,
+    Registration,
+    open_audit_db,
+    redact_url,
+    utcnow,
+)
+
+__all__ = [
+    "AuditDB",
+    "AuditError",
+    "FileRecord",
+    "FileState",
+    "IllegalTransition",
+    "Registration",
+    "open_audit_db",
+    "redact_url",
+    "utcnow",
+]
