@@ -436,6 +436,15 @@ class AuditDB:
     ) -> FileRecord:
         allowed = [s.value for s in from_states]
         with self.engine.begin() as conn:
+            if len(allowed) > 1:
+                # Several source states: lock the row and read which one it is, so the event
+                # records the exact state left (SQLite already holds the write lock here).
+                current = conn.execute(
+                    select(files_t.c.state).where(files_t.c.id == file_id).with_for_update()
+                ).scalar_one_or_none()
+                if current not in allowed:
+                    raise IllegalTransition(file_id, name, allowed, current)
+                allowed = [current]
             row = (
                 conn.execute(
                     update(files_t)
@@ -452,10 +461,7 @@ class AuditDB:
                 ).scalar_one_or_none()
                 raise IllegalTransition(file_id, name, allowed, actual)
             record = FileRecord(**row)
-            # The event records the state we left; a conditional UPDATE means it was one of
-            # ``allowed``, and for single-source transitions it is exactly that one.
-            from_state = allowed[0] if len(allowed) == 1 else "/".join(allowed)
-            self._event(conn, file_id, from_state, record.state, process_id, detail)
+            self._event(conn, file_id, allowed[0], record.state, process_id, detail)
         return record
 
     def claim(

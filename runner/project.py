@@ -186,3 +186,37 @@ class Project:
 
     def target_setting(self, key: str) -> Any:
         return self.settings.targets.get(self.target_name, {}).get(key)
+
+
+def audit_location(project: Project, url: str | None = None, schema: str | None = None) -> tuple[str, str | None]:
+    """Which Audit DB this invocation uses, as (SQLAlchemy URL, PostgreSQL schema or None).
+
+    In order: an explicit URL (``--audit-url`` or ``CDC_AUDIT_URL``); runner.yml's
+    ``targets.<target>.audit_url``; for a postgres target, the same server as the profile, in
+    its own schema; otherwise a SQLite file under the state folder, one per target.
+    """
+    from sqlalchemy.engine import URL
+
+    schema = schema or project.target_setting("audit_schema")
+    url = url or project.target_setting("audit_url")
+    if url:
+        url = os.path.expandvars(str(url))
+    elif project.target_type == "postgres":
+        t = project.target
+        url = URL.create(
+            "postgresql+psycopg2",
+            username=str(t.get("user")) if t.get("user") else None,
+            password=str(t.get("password")) if t.get("password") else None,
+            host=str(t.get("host", "127.0.0.1")),
+            port=int(t.get("port", 5432)),
+            database=str(t.get("dbname") or t.get("database")),
+        ).render_as_string(hide_password=False)
+        schema = schema or "cdc_audit"
+    else:
+        path = project.state_dir / project.target_name / "audit.db"
+        url = f"sqlite:///{path}"
+    if schema:
+        validate_identifier(schema, "audit schema")
+        if not url.startswith("postgresql"):
+            raise ConfigError("an audit schema can only be used with a PostgreSQL Audit DB")
+    return url, schema

@@ -1,0 +1,218 @@
+"""`runner`: a thin click layer over the library functions of runner/ and audit/.
+
+Exit codes: 0 ok, 1 finished with failed or quarantined Files, 2 usage or unexpected error.
+Errors print one readable line; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from runner.errors import CdcError, UsageError
+
+log = logging.getLogger("runner")
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FILES_FAILED = 1
+    ERROR = 2
+
+
+@dataclass
+class Context:
+    """What every command gets from the global options."""
+
+    project_dir: str | None
+    target: str | None
+    profiles_dir: str | None
+    audit_url: str | None
+    audit_schema: str | None
+    debug: bool
+
+    def project(self) -> Any:
+        from runner.project import Project
+
+        return Project.load(self.project_dir, self.target, self.profiles_dir)
+
+    def audit_db(self, project: Any) -> Any:
+        from audit import AuditDB
+        from runner.project import audit_location
+
+        url, schema = audit_location(project, self.audit_url, self.audit_schema)
+        audit = project.settings.audit
+        db = AuditDB(
+            url,
+            schema=schema,
+            max_attempts=audit.max_attempts,
+            lease_seconds=audit.lease_seconds,
+        )
+        db.ensure_current()
+        return db
+
+
+class RunnerGroup(click.Group):
+    """Turns expected errors into one line and an exit code instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        debug = "--debug" in sys.argv or ctx.params.get("debug", False)
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except CdcError as exc:
+            if debug:
+                raise
+            click.echo(f"error: {exc.message}", err=True)
+            ctx.exit(ExitCode.ERROR)
+        except Exception as exc:  # unexpected: still one line unless --debug
+            if debug:
+                raise
+            click.echo(f"error: {type(exc).__name__}: {_one_line(exc)}", err=True)
+            click.echo("run again with --debug for the traceback", err=True)
+            ctx.exit(ExitCode.ERROR)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else repr(exc)
+
+
+@click.group(cls=RunnerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--project-dir",
+    envvar="CDC_PROJECT_DIR",
+    type=click.Path(file_okay=False),
+    help="Repository root holding runner.yml, profiles.yml and dbt_project/ (default: .).",
+)
+@click.option("--target", "-t", envvar="DBT_TARGET", help="dbt profile target (default: the profile's).")
+@click.option("--profiles-dir", envvar="DBT_PROFILES_DIR", help="Folder holding profiles.yml.")
+@click.option(
+    "--audit-url",
+    envvar="CDC_AUDIT_URL",
+    help="Audit DB SQLAlchemy URL (default: SQLite under the state folder; for a postgres "
+    "target, the same server).",
+)
+@click.option("--audit-schema", envvar="CDC_AUDIT_SCHEMA", help="PostgreSQL schema of the Audit DB.")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.version_option(package_name="cdc-runner")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    project_dir: str | None,
+    target: str | None,
+    profiles_dir: str | None,
+    audit_url: str | None,
+    audit_schema: str | None,
+    debug: bool,
+) -> None:
+    """Find CDC Files, record them in the Audit DB, stage them with Spark, and let dbt apply them."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    ctx.obj = Context(project_dir, target, profiles_dir, audit_url, audit_schema, debug)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per File.")
+@click.option("--entity", help="Only this entity's Files.")
+@click.pass_obj
+def status(obj: Context, as_json: bool, entity: str | None) -> None:
+    """Show every File the Audit DB knows, with its state."""
+    project = obj.project()
+    db = obj.audit_db(project)
+    try:
+        files = db.files(entity=entity)
+    finally:
+        db.dispose()
+    if as_json:
+        click.echo(json.dumps([f.as_json() for f in files], indent=None))
+        return
+    _print_status_table(files)
+
+
+def _print_status_table(files: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not files:
+        console.print("No Files registered yet. Land Files and run `runner ingest`.")
+        return
+    table = Table(title=f"{len(files)} Files")
+    for col in ("id", "entity", "path", "state", "attempts", "content hash", "process_id", "last error"):
+        table.add_column(col, overflow="fold")
+    for f in files:
+        table.add_row(
+            str(f.id),
+            f.entity,
+            f.path,
+            f.state,
+            str(f.attempts),
+            f.content_hash[:12],
+            f.staged_by or "",
+            (f.last_error or "")[:120],
+        )
+    console.print(table)
+
+
+@main.group()
+def audit() -> None:
+    """Manage the Audit DB."""
+
+
+@audit.command("upgrade")
+@click.pass_obj
+def audit_upgrade(obj: Context) -> None:
+    """Create or migrate the Audit DB tables to the newest revision."""
+    from audit import AuditDB, redact_url
+    from runner.project import audit_location
+
+    project = obj.project()
+    url, schema = audit_location(project, obj.audit_url, obj.audit_schema)
+    db = AuditDB(url, schema=schema)
+    try:
+        db.upgrade()
+        click.echo(
+            f"Audit DB {redact_url(url)}"
+            + (f" (schema {schema})" if schema else "")
+            + f" is at revision {db.current_revision()}"
+        )
+    finally:
+        db.dispose()
+
+
+@main.command()
+@click.pass_obj
+def init(obj: Context) -> None:
+    """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check."""
+    from pathlib import Path
+
+    from runner.spark_session import check_java, link_iceberg_jar
+
+    root = Path(obj.project_dir or ".").resolve()
+    profiles = root / "profiles.yml"
+    example = root / "profiles.example.yml"
+    if not profiles.exists():
+        if not example.exists():
+            raise UsageError(f"{example} is missing; is {root} the repository root?")
+        profiles.write_text(example.read_text())
+        click.echo(f"wrote {profiles} from {example.name}")
+    else:
+        click.echo(f"kept existing {profiles}")
+    click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
+    click.echo(f"Java: {check_java()}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,108 @@
+"""Shared fixtures: a real SparkSession, a real PostgreSQL server, fresh Audit DBs.
+
+A missing server is a failure that says how to start it, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PG_URL = os.environ.get("CDC_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+PG_START_HINT = (
+    "PostgreSQL is needed on 127.0.0.1:5432 (database 'test', user 'postgres', trust auth). "
+    "Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start "
+    "(or install Debian's 'postgresql' package), or point CDC_TEST_PG_URL at another server."
+)
+
+
+def make_project(root: Path) -> Path:
+    """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
+    shutil.copy(REPO / "runner.yml", root / "runner.yml")
+    shutil.copytree(REPO / "dbt_project", root / "dbt_project", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))
+    shutil.copytree(REPO / "macros", root / "macros", dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    import sqlalchemy as sa
+
+    try:
+        engine = sa.create_engine(PG_URL)
+        with engine.connect() as conn:
+            conn.execute(sa.text("select 1"))
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"{PG_START_HINT}\n(connection failed: {exc})", pytrace=False)
+    return PG_URL
+
+
+@pytest.fixture
+def pg_schema(pg_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL schema name, dropped after the test."""
+    import sqlalchemy as sa
+
+    name = f"cdc_test_{uuid.uuid4().hex[:10]}"
+    yield name
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def audit_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str | None]]:
+    """(URL, schema) of an empty, migrated Audit DB on each backend."""
+    from audit import AuditDB
+
+    if request.param == "sqlite":
+        url, schema = f"sqlite:///{tmp_path / 'audit.db'}", None
+    else:
+        url = request.getfixturevalue("pg_url")
+        schema = request.getfixturevalue("pg_schema")
+    db = AuditDB(url, schema=schema)
+    db.upgrade()
+    db.dispose()
+    yield url, schema
+
+
+@pytest.fixture
+def audit_db(audit_url: tuple[str, str | None]) -> Iterator["AuditDB"]:  # noqa: F821
+    from audit import AuditDB
+
+    url, schema = audit_url
+    db = AuditDB(url, schema=schema, max_attempts=3, lease_seconds=60)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture(scope="session")
+def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project the session's SparkSession belongs to (its warehouse and metastore)."""
+    root = make_project(tmp_path_factory.mktemp("spark_project"))
+    from runner.spark_session import link_iceberg_jar
+
+    link_iceberg_jar(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def spark(spark_project: Path) -> Iterator["SparkSession"]:  # noqa: F821
+    """One local SparkSession for the whole test session, built by the runner's own module."""
+    from runner.project import Project
+    from runner.spark_session import get_spark
+
+    project = Project.load(spark_project, target="local")
+    session = get_spark(project, app_name="cdc-tests")
+    yield session
+    session.stop()
