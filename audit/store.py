@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     Connection,
     Engine,
+    Table,
     and_,
     case,
     create_engine,
@@ -34,9 +35,9 @@ from sqlalchemy.exc import IntegrityError
 
 from audit.models import AuditFile, FileEvent, FileState, Run
 
-files_t = AuditFile.__table__
-events_t = FileEvent.__table__
-runs_t = Run.__table__
+files_t = cast(Table, AuditFile.__table__)
+events_t = cast(Table, FileEvent.__table__)
+runs_t = cast(Table, Run.__table__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -107,8 +108,14 @@ class FileRecord:
             "duplicate_of": self.duplicate_of,
             "lease_owner": self.lease_owner,
         }
-        for key in ("mtime", "lease_expires_at", "created_at", "updated_at", "staged_at",
-                    "committed_at"):
+        for key in (
+            "mtime",
+            "lease_expires_at",
+            "created_at",
+            "updated_at",
+            "staged_at",
+            "committed_at",
+        ):
             value = getattr(self, key)
             out[key] = value.isoformat() + "Z" if value is not None else None
         return out
@@ -215,9 +222,7 @@ class AuditDB:
         from alembic.runtime.migration import MigrationContext
 
         with self.engine.connect() as conn:
-            ctx = MigrationContext.configure(
-                conn, opts={"version_table_schema": self.schema}
-            )
+            ctx = MigrationContext.configure(conn, opts={"version_table_schema": self.schema})
             rev: str | None = ctx.get_current_revision()
             conn.rollback()
             return rev
@@ -547,7 +552,9 @@ class AuditDB:
             process_id=process_id,
         )
 
-    def mark_committed(self, file_id: int, process_id: str, detail: str | None = None) -> FileRecord:
+    def mark_committed(
+        self, file_id: int, process_id: str, detail: str | None = None
+    ) -> FileRecord:
         """STAGED -> COMMITTED, once the destination holds the Applied File Marker."""
         return self._transition(
             "mark_committed",
@@ -606,7 +613,9 @@ class AuditDB:
             detail=reason,
         )
 
-    def reclaim_expired(self, *, now: datetime | None = None, process_id: str | None = None) -> list[FileRecord]:
+    def reclaim_expired(
+        self, *, now: datetime | None = None, process_id: str | None = None
+    ) -> list[FileRecord]:
         """PROCESSING Files whose lease expired go back to PENDING (or FAILED at max attempts).
 
         One conditional UPDATE for all of them: a lease renewed meanwhile is not reclaimed.

@@ -62,7 +62,7 @@ class RunnerGroup(click.Group):
     """Turns expected errors into one line and an exit code instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        debug = "--debug" in sys.argv or ctx.params.get("debug", False)
+        debug = bool(ctx.params.get("debug", False))
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -92,7 +92,9 @@ def _one_line(exc: BaseException) -> str:
     type=click.Path(file_okay=False),
     help="Repository root holding runner.yml, profiles.yml and dbt_project/ (default: .).",
 )
-@click.option("--target", "-t", envvar="DBT_TARGET", help="dbt profile target (default: the profile's).")
+@click.option(
+    "--target", "-t", envvar="DBT_TARGET", help="dbt profile target (default: the profile's)."
+)
 @click.option("--profiles-dir", envvar="DBT_PROFILES_DIR", help="Folder holding profiles.yml.")
 @click.option(
     "--audit-url",
@@ -100,7 +102,9 @@ def _one_line(exc: BaseException) -> str:
     help="Audit DB SQLAlchemy URL (default: SQLite under the state folder; for a postgres "
     "target, the same server).",
 )
-@click.option("--audit-schema", envvar="CDC_AUDIT_SCHEMA", help="PostgreSQL schema of the Audit DB.")
+@click.option(
+    "--audit-schema", envvar="CDC_AUDIT_SCHEMA", help="PostgreSQL schema of the Audit DB."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.version_option(package_name="cdc-runner")
 @click.pass_context
@@ -113,7 +117,7 @@ def main(
     audit_schema: str | None,
     debug: bool,
 ) -> None:
-    """Find CDC Files, record them in the Audit DB, stage them with Spark, and let dbt apply them."""
+    """Find CDC Files, record them in the Audit DB, stage them with Spark; dbt applies them."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -145,12 +149,30 @@ def _print_status_table(files: list[Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     if not files:
-        console.print("No Files registered yet. Land Files and run `runner ingest`.")
+        click.echo("No Files registered yet. Land Files and run `runner ingest`.")
         return
+    if not sys.stdout.isatty():  # piped: one tab-separated line per File, nothing wrapped
+        click.echo("id\tentity\tstate\tattempts\tcontent_hash\tprocess_id\tpath\tlast_error")
+        for f in files:
+            error = (f.last_error or "").replace("\n", " ")
+            click.echo(
+                f"{f.id}\t{f.entity}\t{f.state}\t{f.attempts}\t{f.content_hash}\t"
+                f"{f.staged_by or ''}\t{f.path}\t{error}"
+            )
+        return
+    console = Console()
     table = Table(title=f"{len(files)} Files")
-    for col in ("id", "entity", "path", "state", "attempts", "content hash", "process_id", "last error"):
+    for col in (
+        "id",
+        "entity",
+        "path",
+        "state",
+        "attempts",
+        "content hash",
+        "process_id",
+        "last error",
+    ):
         table.add_column(col, overflow="fold")
     for f in files:
         table.add_row(

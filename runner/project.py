@@ -188,7 +188,9 @@ class Project:
         return self.settings.targets.get(self.target_name, {}).get(key)
 
 
-def audit_location(project: Project, url: str | None = None, schema: str | None = None) -> tuple[str, str | None]:
+def audit_location(
+    project: Project, url: str | None = None, schema: str | None = None
+) -> tuple[str, str | None]:
     """Which Audit DB this invocation uses, as (SQLAlchemy URL, PostgreSQL schema or None).
 
     In order: an explicit URL (``--audit-url`` or ``CDC_AUDIT_URL``); runner.yml's

@@ -97,7 +97,9 @@ def _ensure_runtime(conf: dict[str, str], project: Project) -> None:
 
 def check_java() -> str:
     """Return the Java version line, or raise with what to install."""
-    java = shutil.which("java", path=os.environ.get("JAVA_HOME", "") + "/bin:" + os.environ.get("PATH", ""))
+    java = shutil.which(
+        "java", path=os.environ.get("JAVA_HOME", "") + "/bin:" + os.environ.get("PATH", "")
+    )
     if java is None:
         raise ConfigError(
             "Java 17 or newer is needed for Spark and was not found on PATH; on Debian/Ubuntu: "

@@ -27,8 +27,12 @@ def make_project(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
     shutil.copy(REPO / "runner.yml", root / "runner.yml")
-    shutil.copytree(REPO / "dbt_project", root / "dbt_project", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))
+    shutil.copytree(
+        REPO / "dbt_project",
+        root / "dbt_project",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
+    )
     shutil.copytree(REPO / "macros", root / "macros", dirs_exist_ok=True)
     return root
 
@@ -77,7 +81,7 @@ def audit_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
 
 
 @pytest.fixture
-def audit_db(audit_url: tuple[str, str | None]) -> Iterator["AuditDB"]:  # noqa: F821
+def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:  # noqa: F821
     from audit import AuditDB
 
     url, schema = audit_url
@@ -97,7 +101,7 @@ def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_project: Path) -> Iterator["SparkSession"]:  # noqa: F821
+def spark(spark_project: Path) -> Iterator[SparkSession]:  # noqa: F821
     """One local SparkSession for the whole test session, built by the runner's own module."""
     from runner.project import Project
     from runner.spark_session import get_spark

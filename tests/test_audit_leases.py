@@ -48,8 +48,12 @@ def _register(db: AuditDB, n: int) -> list[int]:
     db.start_run(pid, "test", None)
     return [
         db.register_file(
-            entity="customers", path=f"/landing/customers/{i}.csv", size=1, mtime=utcnow(),
-            content_hash=f"{i:064x}", process_id=pid,
+            entity="customers",
+            path=f"/landing/customers/{i}.csv",
+            size=1,
+            mtime=utcnow(),
+            content_hash=f"{i:064x}",
+            process_id=pid,
         ).file.id
         for i in range(n)
     ]

@@ -18,7 +18,11 @@ def register(db: AuditDB, path: str, content_hash: str, entity: str = "customers
     pid = new_process_id()
     db.start_run(pid, "test", "local")
     reg = db.register_file(
-        entity=entity, path=path, size=10, mtime=utcnow(), content_hash=content_hash,
+        entity=entity,
+        path=path,
+        size=10,
+        mtime=utcnow(),
+        content_hash=content_hash,
         process_id=pid,
     )
     return reg.file.id
@@ -78,7 +82,9 @@ def test_illegal_transitions_raise_and_change_nothing(
     assert err.value.actual == before.state
     after = audit_db.get(file_id)
     assert (after.state, after.attempts, after.updated_at) == (
-        before.state, before.attempts, before.updated_at,
+        before.state,
+        before.attempts,
+        before.updated_at,
     )
     assert len(audit_db.events(file_id)) == events_before
 
@@ -109,7 +115,10 @@ def test_failures_retry_until_max_attempts_then_fail_with_last_error(audit_db: A
         states.append(audit_db.record_failure(file_id, owner, f"error {n}").state)
     assert states == ["PENDING"] * (audit_db.max_attempts - 1) + ["FAILED"]
     final = audit_db.get(file_id)
-    assert (final.attempts, final.last_error) == (audit_db.max_attempts, f"error {audit_db.max_attempts}")
+    assert (final.attempts, final.last_error) == (
+        audit_db.max_attempts,
+        f"error {audit_db.max_attempts}",
+    )
     with pytest.raises(IllegalTransition):
         audit_db.claim(file_id, owner)
     assert audit_db.requeue(file_id, owner, "operator retry").state == "PENDING"
@@ -136,7 +145,9 @@ def test_expired_leases_are_reclaimed_and_count_as_attempts(audit_db: AuditDB) -
     assert (final.state, final.attempts) == ("FAILED", audit_db.max_attempts)
 
 
-def test_same_content_is_a_duplicate_and_new_content_under_old_path_is_new(audit_db: AuditDB) -> None:
+def test_same_content_is_a_duplicate_and_new_content_under_old_path_is_new(
+    audit_db: AuditDB,
+) -> None:
     original = register(audit_db, "/landing/customers/a.csv", "f" * 64)
     copy = register(audit_db, "/landing/customers/copy-of-a.csv", "f" * 64)
     again = register(audit_db, "/landing/customers/a.csv", "f" * 64)
@@ -154,8 +165,17 @@ def test_unique_constraint_forbids_registering_same_content_twice(audit_db: Audi
     pid = new_process_id()
     audit_db.start_run(pid, "test", None)
     now = utcnow()
-    row = dict(entity="customers", size=1, mtime=now, content_hash="9" * 64, state="PENDING",
-               attempts=0, registered_by=pid, created_at=now, updated_at=now)
+    row = dict(
+        entity="customers",
+        size=1,
+        mtime=now,
+        content_hash="9" * 64,
+        state="PENDING",
+        attempts=0,
+        registered_by=pid,
+        created_at=now,
+        updated_at=now,
+    )
     table = AuditFile.__table__
     with audit_db.engine.begin() as conn:
         conn.execute(sa.insert(table).values(path="/a.csv", **row))
@@ -177,9 +197,12 @@ def test_migrations_build_exactly_the_models(audit_db: AuditDB) -> None:
             conn.execute(sa.text(f'SET search_path TO "{audit_db.schema}"'))
         ctx = MigrationContext.configure(
             conn,
-            opts={"include_schemas": False, "version_table_schema": audit_db.schema,
-                  "compare_type": True,
-                  "include_name": lambda name, kind, _: name != "alembic_version"},
+            opts={
+                "include_schemas": False,
+                "version_table_schema": audit_db.schema,
+                "compare_type": True,
+                "include_name": lambda name, kind, _: name != "alembic_version",
+            },
         )
         diff = compare_metadata(ctx, metadata)
     assert diff == []

@@ -1,0 +1,46 @@
+# Two commands for a newcomer: `make setup` then `make demo`; `make test` runs the suite.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+EXTRAS := dev,bigquery,databricks
+
+.PHONY: setup demo test test-fast lint format bench clean help
+
+help:
+	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
+	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
+	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
+	@echo "make lint   - ruff and mypy"
+	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+setup: $(VENV)/.installed
+	$(BIN)/runner init
+	cd dbt_project && ../$(BIN)/dbt deps --quiet
+	@echo "setup done: next, 'make demo' or 'make test'"
+
+demo: setup
+	$(BIN)/runner audit upgrade
+	$(BIN)/dbt build --project-dir dbt_project
+	$(BIN)/runner status
+
+test: setup
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check runner audit tests
+	$(BIN)/mypy
+
+format:
+	$(BIN)/ruff format runner audit tests
+	$(BIN)/ruff check --fix runner audit tests
+
+clean:
+	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs

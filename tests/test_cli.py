@@ -1,0 +1,121 @@
+"""The `runner` CLI skeleton, run as a real console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_project
+
+from audit import AuditDB, utcnow
+from runner.ids import new_process_id
+
+RUNNER = str(Path(sys.executable).parent / "runner")
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RUNNER, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_the_commands(tmp_path: Path) -> None:
+    out = run("--help", cwd=tmp_path)
+    assert out.returncode == 0
+    for word in ("status", "audit", "--project-dir", "--target", "--audit-url"):
+        assert word in out.stdout
+
+
+def test_status_json_is_an_empty_array_on_a_new_project(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    out = run("status", "--json", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
+    assert (root / ".cdc" / "local" / "audit.db").exists(), "default Audit DB: SQLite per target"
+
+
+def test_status_json_lists_every_file_with_the_documented_keys(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    url = f"sqlite:///{root / '.cdc' / 'local' / 'audit.db'}"
+    db = AuditDB(url)
+    db.upgrade()
+    pid = new_process_id()
+    db.start_run(pid, "test", "local")
+    first = db.register_file(
+        entity="customers",
+        path="/l/a.csv",
+        size=5,
+        mtime=utcnow(),
+        content_hash="a" * 64,
+        process_id=pid,
+    ).file
+    db.register_file(
+        entity="customers",
+        path="/l/b.csv",
+        size=5,
+        mtime=utcnow(),
+        content_hash="a" * 64,
+        process_id=pid,
+    )
+    db.claim(first.id, pid)
+    db.mark_staged(first.id, pid, pid)
+    db.dispose()
+    out = run("--project-dir", str(root), "status", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [(r["path"], r["state"]) for r in rows] == [
+        ("/l/a.csv", "STAGED"),
+        ("/l/b.csv", "DUPLICATE"),
+    ]
+    required = {"path", "entity", "content_hash", "state", "attempts", "last_error", "process_id"}
+    assert all(required <= set(r) for r in rows)
+    assert rows[0]["process_id"] == pid and rows[0]["attempts"] == 1
+    table = run("--project-dir", str(root), "status", cwd=tmp_path)
+    assert table.returncode == 0 and "DUPLICATE" in table.stdout
+
+
+def test_errors_are_one_line_with_exit_2_and_traceback_only_with_debug(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    out = run("--target", "nowhere", "status", cwd=root)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "no target 'nowhere'" in out.stderr and "Traceback" not in out.stderr
+    debug = run("--debug", "--target", "nowhere", "status", cwd=root)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    usage = run("status", "--no-such-flag", cwd=root)
+    assert usage.returncode == 2
+
+
+def test_missing_profile_says_how_to_create_it(tmp_path: Path) -> None:
+    out = run("--project-dir", str(tmp_path), "status", cwd=tmp_path)
+    assert out.returncode == 2 and "make setup" in out.stderr
+
+
+@pytest.mark.postgres
+def test_postgres_target_keeps_its_audit_db_on_the_same_server(
+    tmp_path: Path, pg_url: str, pg_schema: str
+) -> None:
+    root = make_project(tmp_path / "repo")
+    up = run("--target", "postgres", "--audit-schema", pg_schema, "audit", "upgrade", cwd=root)
+    assert up.returncode == 0, up.stderr
+    assert f"schema {pg_schema}" in up.stdout and "revision 0001" in up.stdout
+    db = AuditDB(pg_url, schema=pg_schema)
+    assert db.current_revision() == "0001"
+    db.dispose()
+    out = run("--target", "postgres", "--audit-schema", pg_schema, "status", "--json", cwd=root)
+    assert out.returncode == 0 and json.loads(out.stdout) == []
+
+
+def test_audit_url_password_never_reaches_output(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    secret = "s3cr3t-pw"
+    out = run(
+        "--audit-url",
+        f"postgresql+psycopg2://someone:{secret}@127.0.0.1:1/x",
+        "audit",
+        "upgrade",
+        cwd=root,
+    )
+    assert out.returncode == 2
+    assert secret not in out.stdout + out.stderr

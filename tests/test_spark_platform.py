@@ -1,0 +1,198 @@
+"""The embedded Spark + Iceberg default: one source of settings, MERGE into existing tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_project
+
+from runner.project import Project
+from runner.spark_session import spark_conf
+
+pytestmark = pytest.mark.spark
+
+
+def test_runner_session_realises_the_profile_settings(spark, spark_project: Path) -> None:
+    conf = spark_conf(Project.load(spark_project, target="local"))
+    ctx_conf = dict(spark.sparkContext.getConf().getAll())
+    for key, value in conf.items():
+        actual = ctx_conf.get(key) or spark.conf.get(key, None)
+        if key == "spark.driver.extraJavaOptions":  # Spark appends its own --add-opens
+            assert value in (actual or ""), f"{key}: {value!r} missing from {actual!r}"
+            continue
+        assert actual == value, f"{key}: session has {actual!r}, profile says {value!r}"
+    jvm_derby_home = spark.sparkContext._jvm.java.lang.System.getProperty("derby.system.home")
+    assert Path(jvm_derby_home) == spark_project / ".cdc" / "local"
+    # The properties the platform promises, read back from the live session.
+    assert spark.sparkContext.master == "local[2]"
+    assert ctx_conf["spark.ui.enabled"] == "false"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    warehouse = Path(spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:"))
+    assert warehouse == spark_project / ".cdc" / "local" / "warehouse"
+    assert (
+        spark.conf.get("spark.sql.catalog.spark_catalog") == "org.apache.iceberg.spark.SparkCatalog"
+    )
+
+
+def test_runner_and_dbt_read_the_same_profile(spark_project: Path) -> None:
+    """dbt's own profile loader yields exactly the runner's Spark settings."""
+    from dbt.adapters.spark.connections import SparkCredentials
+
+    project = Project.load(spark_project, target="local")
+    import yaml
+
+    from runner.project import _render_profile_data
+
+    raw = yaml.safe_load((spark_project / "profiles.yml").read_text())["cdc"]["outputs"]["local"]
+    rendered = _render_profile_data(raw)
+    creds = SparkCredentials.from_dict(
+        {k: v for k, v in rendered.items() if k not in ("type", "threads")}
+    )
+    assert spark_conf(project) == creds.server_side_parameters
+    assert all("{{" not in v for v in creds.server_side_parameters.values())
+
+
+def _dbt_project(root: Path, model_sql: str) -> Path:
+    proj = root / "merge_project"
+    (proj / "models").mkdir(parents=True, exist_ok=True)
+    (proj / "dbt_project.yml").write_text(
+        textwrap.dedent("""
+        name: merge_check
+        version: "1.0"
+        config-version: 2
+        profile: cdc
+        models:
+          merge_check:
+            +file_format: iceberg
+    """)
+    )
+    (proj / "models" / "sources.yml").write_text(
+        textwrap.dedent("""
+        sources:
+          - name: src
+            schema: merge_src
+            tables: [{name: items}]
+    """)
+    )
+    (proj / "models" / "items_current.sql").write_text(model_sql)
+    return proj
+
+
+def _table(spark, name: str) -> dict[int, str]:
+    return {r["id"]: r["v"] for r in spark.sql(f"select id, v from {name}").collect()}
+
+
+def test_second_dbt_build_merges_into_the_existing_iceberg_table(
+    spark, spark_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dbt.cli.main import dbtRunner
+
+    monkeypatch.setenv("CDC_HOME", str(spark_project))
+    monkeypatch.setenv("CDC_SCHEMA", "merge_test")
+    proj = _dbt_project(
+        spark_project,
+        "{{ config(materialized='incremental', incremental_strategy='merge', unique_key='id') }}\n"
+        "select id, v from {{ source('src', 'items') }}\n",
+    )
+    spark.sql("create database if not exists merge_src")
+    spark.sql("create or replace table merge_src.items (id int, v string) using iceberg")
+    spark.sql("insert into merge_src.items values (1, 'a'), (2, 'b')")
+    args = [
+        "build",
+        "--project-dir",
+        str(proj),
+        "--profiles-dir",
+        str(spark_project),
+        "--target",
+        "local",
+    ]
+    first = dbtRunner().invoke(args)
+    assert first.success, first.exception
+    target = "merge_test.items_current"
+    assert _table(spark, target) == {1: "a", 2: "b"}
+    snapshots_before = spark.sql(f"select snapshot_id from {target}.snapshots").count()
+
+    # A row only the existing table has: a recreate would lose it, a MERGE keeps it.
+    spark.sql(f"insert into {target} values (99, 'only in the target')")
+    spark.sql("insert overwrite merge_src.items values (2, 'B'), (3, 'c')")
+    second = dbtRunner().invoke(args)
+    assert second.success, second.exception
+    assert _table(spark, target) == {1: "a", 2: "B", 3: "c", 99: "only in the target"}
+
+    # And the statement dbt ran was a MERGE into the same Iceberg table, whose history grew.
+    compiled = (
+        proj / "target" / "run" / "merge_check" / "models" / "items_current.sql"
+    ).read_text()
+    assert "merge into" in compiled.lower()
+    ops = [
+        r["operation"]
+        for r in spark.sql(
+            f"select operation from {target}.snapshots order by committed_at"
+        ).collect()
+    ]
+    assert len(ops) == snapshots_before + 2  # our insert, then dbt's MERGE
+
+
+def test_warehouse_survives_between_processes_for_runner_and_standalone_dbt(
+    tmp_path: Path,
+) -> None:
+    """A table written by one runner process is read by a separate `dbt show` process."""
+    root = make_project(tmp_path / "repo")
+    env = {**os.environ, "CDC_HOME": str(root), "PYTHONPATH": str(REPO)}
+    writer = textwrap.dedent(f"""
+        from runner.project import Project
+        from runner.spark_session import get_spark
+        spark = get_spark(Project.load({str(root)!r}, target="local"))
+        spark.sql("create database if not exists cdc")
+        spark.sql("create table cdc.handoff using iceberg as select 7 as id, 'from runner' as v")
+        spark.stop()
+    """)
+    subprocess.run(
+        [sys.executable, "-c", writer],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=300,
+    )
+    dbt = Path(sys.executable).parent / "dbt"
+    subprocess.run(
+        [str(dbt), "deps", "--project-dir", str(root / "dbt_project")],
+        check=True,
+        cwd=root,
+        capture_output=True,
+        timeout=120,
+    )
+    shown = subprocess.run(
+        [
+            str(dbt),
+            "show",
+            "--project-dir",
+            str(root / "dbt_project"),
+            "--profiles-dir",
+            str(root),
+            "--inline",
+            "select id, v from cdc.handoff",
+            "--output",
+            "json",
+            "--log-format",
+            "json",
+        ],
+        env={**env, "CDC_HOME": "."},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
+    previews = [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
+    rows = [json.loads(p["data"]["preview"]) for p in previews if "preview" in p.get("data", {})]
+    assert rows == [[{"id": 7, "v": "from runner"}]]
+    assert (root / ".cdc" / "local" / "metastore_db").is_dir()
+    assert (root / ".cdc" / "local" / "warehouse" / "cdc.db" / "handoff").is_dir()
