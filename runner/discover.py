@@ -1,0 +1,72 @@
+"""Finding an entity's Files under the declared landing roots.
+
+Nothing outside a landing root is ever read: a glob that escapes it, or a symlink pointing out
+of it, is refused. Files still being written are skipped until they are old enough.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.entities import Entity
+from runner.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    entity: str
+    path: Path  # resolved, inside a landing root
+    size: int
+    mtime: datetime  # naive UTC
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def resolve_roots(roots: list[Path]) -> list[Path]:
+    resolved = []
+    for root in roots:
+        real = root.resolve()
+        if not real.is_dir():
+            raise ConfigError(f"landing root {root} does not exist or is not a folder")
+        resolved.append(real)
+    return resolved
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def discover(
+    entity: Entity, roots: list[Path], *, min_age_seconds: float = 0.0, now: float | None = None
+) -> tuple[list[LandedFile], list[str]]:
+    """The entity's Files under ``roots`` (sorted by path), and notes on what was skipped."""
+    now = time.time() if now is None else now
+    found: dict[Path, LandedFile] = {}
+    notes: list[str] = []
+    for root in resolve_roots(roots):
+        for candidate in sorted(root.glob(entity.landing)):
+            real = candidate.resolve()
+            if not _inside(real, [root]):
+                notes.append(f"{candidate}: points outside landing root {root}; not read")
+                continue
+            if not real.is_file():
+                continue
+            stat = real.stat()
+            if now - stat.st_mtime < min_age_seconds:
+                notes.append(
+                    f"{candidate}: modified {now - stat.st_mtime:.1f}s ago; skipped "
+                    "until it is older than the minimum age"
+                )
+                continue
+            found[real] = LandedFile(
+                entity=entity.name,
+                path=real,
+                size=stat.st_size,
+                mtime=datetime.fromtimestamp(stat.st_mtime, UTC).replace(tzinfo=None),
+            )
+    return sorted(found.values(), key=lambda f: str(f.path)), notes

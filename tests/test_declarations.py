@@ -1,0 +1,175 @@
+"""Entity declarations, landing discovery, content hashing and the reserved lineage names."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, make_project
+
+from runner.discover import discover
+from runner.entities import load_entities
+from runner.errors import ConfigError
+from runner.hashing import content_hash
+from runner.lineage import PREFIX, lineage_columns
+from runner.project import Project
+
+
+def test_the_sample_entity_is_declared_in_the_dbt_project(tmp_path: Path) -> None:
+    project = Project.load(make_project(tmp_path / "repo"), target="local")
+    customers = load_entities(project)["customers"]
+    assert customers.keys == ("customer_id",)
+    assert customers.sequence == "AR_H_CHANGE_SEQ"
+    assert customers.operations == {"I": "I", "U": "U", "D": "D"}
+    assert customers.column("balance").data_type == "decimal(12,2)"
+    assert (customers.staging_schema, customers.staging_table) == ("cdc", "customers__staged")
+    assert [c.name for c in customers.columns][:3] == ["Op", "AR_H_CHANGE_SEQ", "customer_id"]
+
+
+def test_every_problem_in_every_declaration_is_reported_at_once(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    bad = {
+        "version": 2,
+        "sources": [
+            {
+                "name": "cdc_staging",
+                "tables": [
+                    {
+                        "name": "orders",
+                        "meta": {
+                            "cdc": {
+                                "landing": "../etc/*",
+                                "format": "xml",
+                                "keys": ["order_id"],
+                                "colour": "red",
+                            }
+                        },
+                        "columns": [
+                            {"name": "id", "data_type": "bigint"},
+                            {"name": "_cdc_mine", "data_type": "nonsense"},
+                        ],
+                    },
+                    {
+                        "name": "refunds",
+                        "meta": {
+                            "cdc": {"landing": "refunds/*.csv", "keys": ["id"], "sequence": "seq"}
+                        },
+                        "columns": [{"name": "id", "data_type": "bigint"}],
+                    },
+                ],
+            }
+        ],
+    }
+    bad_file = root / "dbt_project" / "models" / "staging" / "broken.yml"
+    bad_file.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    text = str(err.value)
+    for expected in (
+        "entity 'orders': unknown key meta.cdc.colour",
+        "entity 'orders': landing '../etc/*' must be relative",
+        "entity 'orders': format 'xml' is not supported",
+        "entity 'orders': key column 'order_id' is not among the declared columns",
+        "entity 'orders': column '_cdc_mine' uses the reserved prefix",
+        "entity 'orders': column '_cdc_mine': data_type 'nonsense'",
+        "entity 'orders': meta.cdc.sequence",
+        "entity 'refunds': sequence column 'seq' is not among the declared columns",
+        "entity 'refunds': operation column 'Op' is not among the declared columns",
+    ):
+        assert expected in text, f"missing: {expected}\n{text}"
+    assert str(bad_file) in text
+
+
+def _entity(tmp_path: Path):
+    project = Project.load(make_project(tmp_path / "repo"), target="local")
+    return load_entities(project)["customers"]
+
+
+def test_discovery_stays_inside_landing_roots(tmp_path: Path) -> None:
+    entity = _entity(tmp_path)
+    root = tmp_path / "landing"
+    (root / "customers").mkdir(parents=True)
+    (root / "customers" / "a.csv").write_text("x")
+    (root / "customers" / "notes.txt").write_text("not matched by the glob")
+    outside = tmp_path / "secret.csv"
+    outside.write_text("must never be read")
+    os.symlink(outside, root / "customers" / "sneaky.csv")
+    files, notes = discover(entity, [root])
+    assert [f.name for f in files] == ["a.csv"]
+    assert any("sneaky.csv" in n and "outside" in n for n in notes)
+
+
+def test_discovery_skips_files_still_being_written(tmp_path: Path) -> None:
+    entity = _entity(tmp_path)
+    root = tmp_path / "landing"
+    (root / "customers").mkdir(parents=True)
+    fresh = root / "customers" / "b.csv"
+    fresh.write_text("x")
+    files, notes = discover(entity, [root], min_age_seconds=60)
+    assert files == [] and "minimum age" in notes[0]
+    files, _ = discover(entity, [root], min_age_seconds=60, now=fresh.stat().st_mtime + 61)
+    assert [f.name for f in files] == ["b.csv"]
+
+
+def test_content_hash_is_sha256_of_the_bytes_in_any_chunk_size(tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    expected = hashlib.sha256(data).hexdigest()
+    assert content_hash(path) == expected
+    assert content_hash(path, chunk_size=4096) == expected
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    assert content_hash(empty) == hashlib.sha256(b"").hexdigest()
+
+
+def test_lineage_names_come_from_the_one_macro() -> None:
+    names = lineage_columns()
+    assert list(names) == [
+        "operation",
+        "sequence",
+        "process_id",
+        "file_hash",
+        "file_name",
+        "row_number",
+        "ingested_at",
+    ], "lineage columns are only ever appended"
+    assert all(v.startswith(PREFIX) for v in names.values())
+    # No literal copy of a lineage column name anywhere else in the code.
+    offenders = []
+    for folder in ("runner", "audit", "macros", "dbt_project"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix in (".py", ".sql", ".yml") and path.name != "lineage_columns.sql":
+                text = path.read_text(encoding="utf-8")
+                offenders += [f"{path}: {n}" for n in names.values() if n in text]
+    assert offenders == []
+
+
+@pytest.mark.dbt
+@pytest.mark.postgres
+def test_dbt_renders_the_same_lineage_names(tmp_path: Path, pg_url: str) -> None:
+    from dbt.cli.main import dbtRunner
+
+    root = make_project(tmp_path / "repo")
+    proj = root / "dbt_project"
+    assert dbtRunner().invoke(["deps", "--project-dir", str(proj)]).success
+    result = dbtRunner().invoke(
+        [
+            "compile",
+            "--project-dir",
+            str(proj),
+            "--profiles-dir",
+            str(root),
+            "--target",
+            "postgres",
+            "--inline",
+            "{{ tojson(cdc.lineage_columns()) }}",
+            "--quiet",
+        ]
+    )
+    assert result.success, result.exception
+    compiled = result.result.results[0].node.compiled_code
+    assert yaml.safe_load(compiled) == lineage_columns()
