@@ -188,6 +188,63 @@ def _print_status_table(files: list[Any]) -> None:
     console.print(table)
 
 
+@main.command()
+@click.option(
+    "--landing",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Landing root(s) for this run, instead of runner.yml's landing_roots.",
+)
+@click.option("--entity", "entities", multiple=True, help="Only these entities (repeatable).")
+@click.option(
+    "--min-age", default=0.0, show_default=True, help="Skip Files modified less than N seconds ago."
+)
+@click.pass_obj
+def ingest(
+    obj: Context, landing: tuple[str, ...], entities: tuple[str, ...], min_age: float
+) -> None:
+    """Find, hash, register and stage new Files; exit 1 when any was quarantined or failed."""
+    from runner.ids import new_process_id
+    from runner.ingest import ingest as run_ingest
+    from runner.spark_session import get_spark
+
+    project = obj.project()
+    db = obj.audit_db(project)
+    process_id = new_process_id()
+    db.start_run(process_id, "ingest", project.target_name)
+    outcome = "error"
+    try:
+        result = run_ingest(
+            project,
+            db,
+            process_id,
+            spark=get_spark(project),
+            landing=list(landing) or None,
+            entity_names=list(entities) or None,
+            min_age_seconds=min_age,
+        )
+        for note in result.notes:
+            log.info(note)
+        bad = result.quarantined + result.failed
+        outcome = "failed" if bad else "ok"
+        click.echo(
+            f"process {process_id}: {result.registered} new Files "
+            f"({result.duplicates} duplicates), "
+            f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
+            f"{result.failed} failed"
+        )
+        if bad:
+            click.echo(
+                f"{result.quarantined} File(s) quarantined and {result.failed} failed; "
+                "see `runner status`",
+                err=True,
+            )
+            raise SystemExit(ExitCode.FILES_FAILED)
+    finally:
+        db.end_run(process_id, outcome)
+        db.dispose()
+
+
 @main.group()
 def audit() -> None:
     """Manage the Audit DB."""

@@ -1,0 +1,254 @@
+"""Stage an entity's Files with PySpark into an Iceberg staging table.
+
+All Files of an entity that share a header are read in one Spark job (not one per File); each
+row keeps its File's identity through ``input_file_name()``. Files are read unsplit
+(``multiLine``), so a row's position in its File is its order inside its Spark partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.entities import Entity
+from runner.lineage import lineage_columns
+from runner.staging.validate import read_header
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+CORRUPT = "__corrupt_record"
+ERROR = "__error"
+FILE_URI = "__file_uri"
+ORDER = "__order"
+RAW = "__raw__"
+
+
+@dataclass(frozen=True)
+class FileToStage:
+    file_id: int
+    path: Path
+    content_hash: str
+
+
+@dataclass
+class StageResult:
+    staged: dict[int, int] = field(default_factory=dict)  # file_id -> rows staged
+    quarantined: dict[int, str] = field(default_factory=dict)  # file_id -> reason
+
+    @property
+    def rows(self) -> int:
+        return sum(self.staged.values())
+
+
+def staging_table(entity: Entity) -> str:
+    return f"`{entity.staging_schema}`.`{entity.staging_table}`"
+
+
+def stage_entity(
+    spark: SparkSession, entity: Entity, files: list[FileToStage], process_id: str
+) -> StageResult:
+    """Validate and stage ``files``; bad Files are reported, never partly written."""
+    result = StageResult()
+    groups: dict[tuple[str, ...], list[FileToStage]] = {}
+    for f in files:
+        header, problem = read_header(f.path, entity)
+        if problem:
+            result.quarantined[f.file_id] = problem
+        else:
+            assert header is not None
+            groups.setdefault(tuple(header), []).append(f)
+    ingested_at = datetime.now(UTC).replace(tzinfo=None)
+    for columns, group in groups.items():
+        _stage_group(spark, entity, list(columns), group, process_id, ingested_at, result)
+    return result
+
+
+def _read(spark: SparkSession, entity: Entity, header: list[str], paths: list[str]) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = T.StructType(
+        [T.StructField(name, T.StringType()) for name in header]
+        + [T.StructField(CORRUPT, T.StringType())]
+    )
+    return (
+        spark.read.schema(schema)
+        .option("header", entity.csv_header)
+        .option("sep", entity.csv_delimiter)
+        .option("quote", '"')
+        .option("escape", '"')
+        .option("multiLine", True)  # unsplit Files: row order within a File is preserved
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .option("nullValue", "")
+        .option("encoding", "UTF-8")
+        .csv(paths)
+        .withColumn(FILE_URI, F.input_file_name())
+        .withColumn(ORDER, F.monotonically_increasing_id())
+    )
+
+
+def _stage_group(
+    spark: SparkSession,
+    entity: Entity,
+    header: list[str],
+    files: list[FileToStage],
+    process_id: str,
+    ingested_at: datetime,
+    result: StageResult,
+) -> None:
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    by_uri = {f.path.resolve().as_uri(): f for f in files}
+    file_map = spark.createDataFrame(
+        [(uri, f.content_hash, f.path.name) for uri, f in by_uri.items()],
+        f"{FILE_URI} string, {lineage['file_hash']} string, {lineage['file_name']} string",
+    )
+    raw = _read(spark, entity, header, [str(f.path) for f in files])
+    # Normalise input_file_name()'s URI spelling (file:/x vs file:///x) to Path.as_uri().
+    raw = raw.withColumn(FILE_URI, F.regexp_replace(FILE_URI, r"^file:/+", "file:///"))
+    numbered = raw.withColumn(
+        lineage["row_number"],
+        F.row_number().over(Window.partitionBy(FILE_URI).orderBy(ORDER)).cast("bigint"),
+    )
+    # Keep each raw string under its own name: checks read the raw value, the cast goes out.
+    typed = numbered.select(
+        *[F.col(c).alias(RAW + c) for c in header],
+        CORRUPT,
+        FILE_URI,
+        ORDER,
+        lineage["row_number"],
+    )
+    checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit("wrong number of fields for the header"))]
+    for col in entity.columns:
+        raw_col = F.col(RAW + col.name)
+        typed = typed.withColumn(col.name, raw_col.cast(col.data_type))
+        required = col.name in entity.keys or col.name == entity.sequence
+        if required:
+            checks.append(
+                F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in a key or sequence"))
+            )
+        if col.data_type not in ("string",):
+            checks.append(
+                F.when(
+                    raw_col.isNotNull() & raw_col.cast(col.data_type).isNull(),
+                    F.concat(
+                        F.lit(f"column {col.name!r}: cannot cast "),
+                        _quoted(raw_col, 60),
+                        F.lit(f" to {col.data_type}"),
+                    ),
+                )
+            )
+    op_map = F.create_map(*[F.lit(x) for kv in entity.operations.items() for x in kv])
+    op_raw = F.col(RAW + entity.operation_column)
+    checks.append(
+        F.when(
+            op_raw.isNull() | op_map[op_raw].isNull(),
+            F.concat(
+                F.lit(f"column {entity.operation_column!r}: unknown operation code "),
+                F.coalesce(_quoted(op_raw, 20), F.lit("NULL")),
+                F.lit(f" (accepted: {', '.join(entity.operations)})"),
+            ),
+        )
+    )
+    staged = (
+        typed.withColumn(ERROR, F.coalesce(*checks))
+        .withColumn(lineage["operation"], op_map[op_raw])
+        .withColumn(lineage["sequence"], F.col(entity.sequence))
+        .withColumn(lineage["process_id"], F.lit(process_id))
+        .withColumn(lineage["ingested_at"], F.lit(ingested_at).cast("timestamp"))
+        .join(F.broadcast(file_map), FILE_URI, "left")
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        bad_rows = (
+            staged.where(F.col(ERROR).isNotNull())
+            .groupBy(FILE_URI)
+            .agg(
+                F.min_by(F.struct(lineage["row_number"], ERROR), lineage["row_number"]).alias(
+                    "first"
+                ),
+                F.count("*").alias("n"),
+            )
+            .collect()
+        )
+        business = [c.name for c in entity.columns]
+        deduped = staged.where(F.col(ERROR).isNull()).dropDuplicates([FILE_URI, *business])
+        conflicts = (
+            deduped.groupBy(FILE_URI, *entity.keys, lineage["sequence"])
+            .agg(
+                F.count("*").alias("n"),
+                F.min(lineage["row_number"]).alias("first_row"),
+                F.max(lineage["row_number"]).alias("second_row"),
+            )
+            .where("n > 1")
+            .groupBy(FILE_URI)
+            .agg(
+                F.min_by(F.struct("first_row", "second_row", *entity.keys), "first_row").alias("c")
+            )
+            .collect()
+        )
+        bad: dict[str, str] = {}
+        for r in bad_rows:
+            line = _line(entity, r["first"][0])
+            more = f" ({r['n'] - 1} more bad rows)" if r["n"] > 1 else ""
+            bad[r[FILE_URI]] = f"line {line}, {r['first'][1]}{more}"
+        for r in conflicts:
+            c = r["c"]
+            key = ", ".join(f"{k}={c[k]}" for k in entity.keys)
+            bad.setdefault(
+                r[FILE_URI],
+                f"line {_line(entity, c['second_row'])}, column {entity.sequence!r}: conflicts "
+                f"with line {_line(entity, c['first_row'])}: same key ({key}) and same sequence, "
+                "different values",
+            )
+        for uri, reason in bad.items():
+            f = by_uri[uri]
+            result.quarantined[f.file_id] = f"{f.path.name}: {reason}"
+        good = [f for uri, f in by_uri.items() if uri not in bad]
+        if not good:
+            return
+        keep = [f.content_hash for f in good]
+        out = (
+            deduped.where(F.col(lineage["file_hash"]).isin(keep))
+            .select(*business, *lineage.values())
+            .sortWithinPartitions(lineage["file_hash"], lineage["sequence"])
+        )
+        _write(spark, entity, out)
+        counts = {
+            r[lineage["file_hash"]]: r["n"]
+            for r in out.groupBy(lineage["file_hash"]).agg(F.count("*").alias("n")).collect()
+        }
+        for f in good:
+            result.staged[f.file_id] = counts.get(f.content_hash, 0)
+    finally:
+        staged.unpersist()
+
+
+def _quoted(column: Column, width: int) -> Column:
+    """A raw value for an error message: double-quoted, cut to ``width`` characters."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit('"'), F.substring(column, 1, width), F.lit('"'))
+
+
+def _line(entity: Entity, row_number: int) -> int:
+    """Line of a data row in its File (the header is line 1)."""
+    return int(row_number) + (1 if entity.csv_header else 0)
+
+
+def _write(spark: SparkSession, entity: Entity, out: DataFrame) -> None:
+    """Replace the staged rows of exactly these Files in one Iceberg commit (idempotent)."""
+    lineage = lineage_columns()
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{entity.staging_schema}`")
+    table = staging_table(entity)
+    if not spark.catalog.tableExists(f"{entity.staging_schema}.{entity.staging_table}"):
+        out.limit(0).writeTo(table).using("iceberg").partitionedBy(
+            out[lineage["file_hash"]]
+        ).create()
+    out.writeTo(table).overwritePartitions()

@@ -1,0 +1,153 @@
+"""`runner ingest` on local Spark + Iceberg: staged rows equal a plain-Python oracle."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from audit import AuditDB
+from runner.entities import load_entities
+from runner.generate import generate_customers
+from runner.ids import new_process_id
+from runner.ingest import ingest
+from runner.lineage import lineage_columns
+from runner.project import Project
+
+pytestmark = pytest.mark.spark
+
+HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
+SEQ = "2026030109000000000000000000000000{}"
+BAD = {
+    "wrong_count.csv": (
+        HEADER + f"I,{SEQ.format(1)},1,a,b,gold,1.00,2026-03-01 09:00:00\n"
+        f"I,{SEQ.format(2)},2,a,b,gold\n",
+        "line 3, wrong number of fields",
+    ),
+    "null_key.csv": (
+        HEADER + f"U,{SEQ.format(1)},,a,b,gold,1.00,2026-03-01 09:00:00\n",
+        "line 2, column 'customer_id': NULL in a key or sequence",
+    ),
+    "bad_key.csv": (
+        HEADER + f"U,{SEQ.format(1)},12x,a,b,gold,1.00,2026-03-01 09:00:00\n",
+        "line 2, column 'customer_id': cannot cast \"12x\" to bigint",
+    ),
+    "null_seq.csv": (
+        HEADER + "U,,5,a,b,gold,1.00,2026-03-01 09:00:00\n",
+        "line 2, column 'AR_H_CHANGE_SEQ': NULL in a key or sequence",
+    ),
+    "bad_op.csv": (
+        HEADER + f"X,{SEQ.format(1)},5,a,b,gold,1.00,2026-03-01 09:00:00\n",
+        "line 2, column 'Op': unknown operation code \"X\"",
+    ),
+    "conflict.csv": (
+        HEADER + f"U,{SEQ.format(1)},5,a,b,gold,1.00,2026-03-01 09:00:00\n"
+        f"U,{SEQ.format(2)},6,a,b,gold,1.00,2026-03-01 09:00:00\n"
+        f"U,{SEQ.format(1)},5,z,b,gold,1.00,2026-03-01 09:00:00\n",
+        "line 4, column 'AR_H_CHANGE_SEQ': conflicts with line 2",
+    ),
+    "missing_column.csv": (
+        "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance\n",
+        "line 1, column 'updated_at': declared column missing",
+    ),
+}
+
+
+def oracle(path: Path) -> list[tuple]:
+    """Staged rows of one good File, by plain Python: typed, exact duplicates dropped."""
+    out, seen = [], set()
+    with open(path, encoding="utf-8", newline="") as handle:
+        for n, row in enumerate(csv.DictReader(handle), start=1):
+            key = tuple(row.values())
+            if key in seen:
+                continue
+            seen.add(key)
+            v = {k: (x if x != "" else None) for k, x in row.items()}
+            out.append(
+                (
+                    path.name,
+                    n,
+                    v["Op"],
+                    v["AR_H_CHANGE_SEQ"],
+                    int(v["customer_id"]),
+                    v["name"],
+                    v["email"],
+                    v["tier"],
+                    Decimal(v["balance"]) if v["balance"] else None,
+                    datetime.fromisoformat(v["updated_at"]) if v["updated_at"] else None,
+                )
+            )
+    return out
+
+
+def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
+    spark, spark_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDC_SCHEMA", "ingest_test")
+    project = Project.load(spark_project, target="local")
+    entity = load_entities(project)["customers"]
+    landing = tmp_path / "landing"
+    good = generate_customers(landing / "customers", initial=50, files=3, changes_per_file=30)
+    dup_line = good[1].read_text().splitlines()[1]  # an exact duplicate row inside a File
+    good[1].write_text(good[1].read_text() + dup_line + "\n")
+    (landing / "customers" / "header_only.csv").write_text(HEADER)
+    for name, (text, _) in BAD.items():
+        (landing / "customers" / name).write_text(text)
+    shutil.copy(good[0], landing / "customers" / "copy_of_load.csv")
+    before = {p: p.read_bytes() for p in (landing / "customers").iterdir()}
+
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    pid = new_process_id()
+    db.start_run(pid, "ingest", "local")
+    result = ingest(project, db, pid, spark=spark, landing=[str(landing)])
+
+    states = {Path(f.path).name: f for f in db.files()}
+    assert states["copy_of_load.csv"].state == "DUPLICATE"
+    for name, (_, reason) in BAD.items():
+        assert states[name].state == "QUARANTINED", name
+        assert reason in (states[name].last_error or ""), (name, states[name].last_error)
+        assert name in states[name].last_error
+    for p in [*good, landing / "customers" / "header_only.csv"]:
+        assert states[p.name].state == "STAGED" and states[p.name].staged_by == pid
+    assert (result.quarantined, result.staged) == (len(BAD), len(good) + 1)
+
+    lin = lineage_columns()
+    table = f"{entity.staging_schema}.{entity.staging_table}"
+    rows = spark.sql(f"select * from {table}").collect()
+    actual = sorted(
+        (
+            r[lin["file_name"]],
+            r[lin["row_number"]],
+            r["Op"],
+            r["AR_H_CHANGE_SEQ"],
+            r["customer_id"],
+            r["name"],
+            r["email"],
+            r["tier"],
+            r["balance"],
+            r["updated_at"],
+        )
+        for r in rows
+    )
+    expected = sorted(row for p in good for row in oracle(p))
+    assert actual == expected
+    hashes = {Path(f.path).name: f.content_hash for f in db.files()}
+    for r in rows:
+        assert r[lin["process_id"]] == pid
+        assert r[lin["file_hash"]] == hashes[r[lin["file_name"]]]
+        assert r[lin["operation"]] == r["Op"] and r[lin["sequence"]] == r["AR_H_CHANGE_SEQ"]
+        assert r[lin["ingested_at"]] is not None
+
+    # Again: nothing new is registered or staged, and the landing zone was never modified.
+    pid2 = new_process_id()
+    db.start_run(pid2, "ingest", "local")
+    again = ingest(project, db, pid2, spark=spark, landing=[str(landing)])
+    assert (again.registered, again.staged, again.rows) == (0, 0, 0)
+    assert spark.sql(f"select count(*) from {table}").first()[0] == len(rows)
+    assert {p: p.read_bytes() for p in (landing / "customers").iterdir()} == before
+    db.dispose()
