@@ -27,7 +27,7 @@ setup: $(VENV)/.installed
 	@echo "setup done: next, 'make demo' or 'make test'"
 
 demo: setup
-	$(BIN)/runner audit upgrade
+	$(BIN)/runner ingest --landing landing
 	$(BIN)/dbt build --project-dir dbt_project
 	$(BIN)/runner status
 
