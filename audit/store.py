@@ -359,51 +359,34 @@ class AuditDB:
         self, *, entity: str, path: str, size: int, mtime: datetime
     ) -> FileRecord | None:
         """The newest File for this path with the same size and mtime, to skip re-hashing."""
-        with self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    select(files_t)
-                    .where(
-                        files_t.c.entity == entity,
-                        files_t.c.path == path,
-                        files_t.c.size == size,
-                        files_t.c.mtime == mtime,
-                    )
-                    .order_by(files_t.c.id.desc())
-                )
-                .mappings()
-                .first()
-            )
-        return FileRecord(**row) if row else None
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.path == path,
+            files_t.c.size == size,
+            files_t.c.mtime == mtime,
+            newest=True,
+        )
 
     def _find(self, *, entity: str, path: str, content_hash: str) -> FileRecord | None:
-        with self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    select(files_t).where(
-                        files_t.c.entity == entity,
-                        files_t.c.path == path,
-                        files_t.c.content_hash == content_hash,
-                    )
-                )
-                .mappings()
-                .first()
-            )
-        return FileRecord(**row) if row else None
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.path == path,
+            files_t.c.content_hash == content_hash,
+        )
 
     def _original(self, entity: str, content_hash: str) -> FileRecord | None:
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.content_hash == content_hash,
+            files_t.c.duplicate_of.is_(None),
+        )
+
+    def _first(self, *conditions: Any, newest: bool = False) -> FileRecord | None:
+        query = select(files_t).where(*conditions)
+        if newest:
+            query = query.order_by(files_t.c.id.desc())
         with self.engine.connect() as conn:
-            row = (
-                conn.execute(
-                    select(files_t).where(
-                        files_t.c.entity == entity,
-                        files_t.c.content_hash == content_hash,
-                        files_t.c.duplicate_of.is_(None),
-                    )
-                )
-                .mappings()
-                .first()
-            )
+            row = conn.execute(query).mappings().first()
         return FileRecord(**row) if row else None
 
     # -- transitions --------------------------------------------------------------------
