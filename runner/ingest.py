@@ -17,6 +17,8 @@ from runner.project import Project
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from runner.staging.spark import StagingWriter
+
 log = logging.getLogger("runner.ingest")
 
 
@@ -37,6 +39,22 @@ def landing_roots(project: Project, landing: list[str] | None) -> list[Path]:
     return [(project.root / r) if not Path(r).is_absolute() else Path(r) for r in roots]
 
 
+def staging_writer(project: Project) -> StagingWriter:
+    """Where staged rows go: Iceberg tables on Spark targets, COPY on PostgreSQL."""
+    if project.target_type == "spark":
+        from runner.staging.iceberg import IcebergWriter
+
+        return IcebergWriter("iceberg")
+    if project.target_type == "postgres":
+        from runner.staging.postgres import PostgresWriter
+
+        return PostgresWriter(project.target, project.state_dir / project.target_name / "scratch")
+    raise ConfigError(
+        f"staging to a {project.target_type!r} target is not built yet; `runner ingest` stages "
+        "to the local Spark + Iceberg target and to PostgreSQL"
+    )
+
+
 def ingest(
     project: Project,
     db: AuditDB,
@@ -47,12 +65,9 @@ def ingest(
     entity_names: list[str] | None = None,
     min_age_seconds: float = 0.0,
 ) -> IngestResult:
-    if project.target_type != "spark":
-        raise ConfigError(
-            f"staging to a {project.target_type!r} target is not built yet; "
-            "today `runner ingest` stages to the local Spark + Iceberg target"
-        )
     from runner.staging.spark import FileToStage, stage_entity
+
+    writer = staging_writer(project)
 
     entities = load_entities(project)
     unknown = sorted(set(entity_names or []) - set(entities))
@@ -90,7 +105,7 @@ def ingest(
         log.info("staging %d Files of %s", len(claimed), entity.name)
         to_stage = [FileToStage(c.id, Path(c.path), c.content_hash) for c in claimed]
         try:
-            staged = stage_entity(spark, entity, to_stage, process_id)
+            staged = stage_entity(spark, entity, to_stage, process_id, writer)
         except Exception as exc:  # transient: back to PENDING until attempts run out
             for c in claimed:
                 rec = db.record_failure(c.id, process_id, f"{type(exc).__name__}: {exc}"[:2000])

@@ -1,5 +1,6 @@
 {#-
   The reserved lineage columns the framework adds to staged, target and history rows.
+  Staged rows carry the first seven; target rows also carry invocation_id and applied_at.
   This macro is the only place the names are written: the Python runner reads this file too
   (runner/lineage.py). Append new columns at the end; never reorder or rename.
 -#}
@@ -16,5 +17,7 @@
       "file_name": "_cdc_file_name",
       "row_number": "_cdc_row_number",
       "ingested_at": "_cdc_ingested_at",
+      "invocation_id": "_cdc_invocation_id",
+      "applied_at": "_cdc_applied_at",
   }) }}
 {% endmacro %}

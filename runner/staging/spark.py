@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.entities import Entity
-from runner.lineage import lineage_columns
+from runner.lineage import lineage_columns, staged_columns
 from runner.staging.validate import read_header
 
 if TYPE_CHECKING:
@@ -33,6 +33,22 @@ class FileToStage:
     content_hash: str
 
 
+class StagingWriter:
+    """Writes an entity's validated rows to the destination, replacing those Files' rows."""
+
+    def write(
+        self,
+        spark: SparkSession,
+        entity: Entity,
+        out: DataFrame,
+        files: list[FileToStage],
+        counts: dict[str, int],
+        process_id: str,
+        staged_at: datetime,
+    ) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
 @dataclass
 class StageResult:
     staged: dict[int, int] = field(default_factory=dict)  # file_id -> rows staged
@@ -43,12 +59,12 @@ class StageResult:
         return sum(self.staged.values())
 
 
-def staging_table(entity: Entity) -> str:
-    return f"`{entity.staging_schema}`.`{entity.staging_table}`"
-
-
 def stage_entity(
-    spark: SparkSession, entity: Entity, files: list[FileToStage], process_id: str
+    spark: SparkSession,
+    entity: Entity,
+    files: list[FileToStage],
+    process_id: str,
+    writer: StagingWriter,
 ) -> StageResult:
     """Validate and stage ``files``; bad Files are reported, never partly written."""
     result = StageResult()
@@ -62,7 +78,7 @@ def stage_entity(
             groups.setdefault(tuple(header), []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
     for columns, group in groups.items():
-        _stage_group(spark, entity, list(columns), group, process_id, ingested_at, result)
+        _stage_group(spark, entity, list(columns), group, process_id, ingested_at, result, writer)
     return result
 
 
@@ -99,6 +115,7 @@ def _stage_group(
     process_id: str,
     ingested_at: datetime,
     result: StageResult,
+    writer: StagingWriter,
 ) -> None:
     from pyspark import StorageLevel
     from pyspark.sql import Window
@@ -216,14 +233,14 @@ def _stage_group(
         keep = [f.content_hash for f in good]
         out = (
             deduped.where(F.col(lineage["file_hash"]).isin(keep))
-            .select(*business, *lineage.values())
+            .select(*business, *staged_columns())
             .sortWithinPartitions(lineage["file_hash"], lineage["sequence"])
         )
-        _write(spark, entity, out)
         counts = {
             r[lineage["file_hash"]]: r["n"]
             for r in out.groupBy(lineage["file_hash"]).agg(F.count("*").alias("n")).collect()
         }
+        writer.write(spark, entity, out, good, counts, process_id, ingested_at)
         for f in good:
             result.staged[f.file_id] = counts.get(f.content_hash, 0)
     finally:
@@ -240,15 +257,3 @@ def _quoted(column: Column, width: int) -> Column:
 def _line(entity: Entity, row_number: int) -> int:
     """Line of a data row in its File (the header is line 1)."""
     return int(row_number) + (1 if entity.csv_header else 0)
-
-
-def _write(spark: SparkSession, entity: Entity, out: DataFrame) -> None:
-    """Replace the staged rows of exactly these Files in one Iceberg commit (idempotent)."""
-    lineage = lineage_columns()
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{entity.staging_schema}`")
-    table = staging_table(entity)
-    if not spark.catalog.tableExists(f"{entity.staging_schema}.{entity.staging_table}"):
-        out.limit(0).writeTo(table).using("iceberg").partitionedBy(
-            out[lineage["file_hash"]]
-        ).create()
-    out.writeTo(table).overwritePartitions()

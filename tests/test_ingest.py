@@ -1,4 +1,5 @@
-"""`runner ingest` on local Spark + Iceberg: staged rows equal a plain-Python oracle."""
+"""`runner ingest` on local Spark + Iceberg and on PostgreSQL: staged rows equal a plain-Python
+oracle."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from runner.entities import load_entities
 from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
-from runner.lineage import lineage_columns
+from runner.lineage import lineage_columns, state_tables
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -84,11 +85,38 @@ def oracle(path: Path) -> list[tuple]:
     return out
 
 
+def staged_rows(target: str, spark, project: Project, schema: str, table: str) -> list[dict]:
+    """Every row of a staging relation, with lowercase column names."""
+    if target == "local":
+        return [
+            {k.lower(): v for k, v in r.asDict().items()}
+            for r in spark.sql(f"select * from `{schema}`.`{table}`").collect()
+        ]
+    from runner.staging.postgres import connect
+
+    conn = connect(project.target)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'select * from "{schema}"."{table}"')
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "postgres":
+        monkeypatch.setenv("CDC_SCHEMA", request.getfixturevalue("pg_schema"))
+    else:
+        monkeypatch.setenv("CDC_SCHEMA", "ingest_test")
+    return request.param
+
+
 def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
-    spark, spark_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark, spark_project: Path, tmp_path: Path, target: str
 ) -> None:
-    monkeypatch.setenv("CDC_SCHEMA", "ingest_test")
-    project = Project.load(spark_project, target="local")
+    project = Project.load(spark_project, target=target)
     entity = load_entities(project)["customers"]
     landing = tmp_path / "landing"
     good = generate_customers(landing / "customers", initial=50, files=3, changes_per_file=30)
@@ -117,14 +145,13 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     assert (result.quarantined, result.staged) == (len(BAD), len(good) + 1)
 
     lin = lineage_columns()
-    table = f"{entity.staging_schema}.{entity.staging_table}"
-    rows = spark.sql(f"select * from {table}").collect()
+    rows = staged_rows(target, spark, project, entity.staging_schema, entity.staging_table)
     actual = sorted(
         (
             r[lin["file_name"]],
             r[lin["row_number"]],
-            r["Op"],
-            r["AR_H_CHANGE_SEQ"],
+            r["op"],
+            r["ar_h_change_seq"],
             r["customer_id"],
             r["name"],
             r["email"],
@@ -140,14 +167,51 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     for r in rows:
         assert r[lin["process_id"]] == pid
         assert r[lin["file_hash"]] == hashes[r[lin["file_name"]]]
-        assert r[lin["operation"]] == r["Op"] and r[lin["sequence"]] == r["AR_H_CHANGE_SEQ"]
+        assert r[lin["operation"]] == r["op"] and r[lin["sequence"]] == r["ar_h_change_seq"]
         assert r[lin["ingested_at"]] is not None
+    # The staged-files manifest lists exactly the staged Files, with their row counts.
+    manifest_table = state_tables()["staged_files"]["identifier"]
+    manifest = staged_rows(target, spark, project, entity.staging_schema, manifest_table)
+    per_file = {p.name: len(oracle(p)) for p in good}
+    per_file["header_only.csv"] = 0
+    assert {(m["file_name"], m["staged_rows"], m["process_id"]) for m in manifest} == {
+        (name, n, pid) for name, n in per_file.items()
+    }
 
     # Again: nothing new is registered or staged, and the landing zone was never modified.
     pid2 = new_process_id()
     db.start_run(pid2, "ingest", "local")
     again = ingest(project, db, pid2, spark=spark, landing=[str(landing)])
     assert (again.registered, again.staged, again.rows) == (0, 0, 0)
-    assert spark.sql(f"select count(*) from {table}").first()[0] == len(rows)
+    assert len(
+        staged_rows(target, spark, project, entity.staging_schema, entity.staging_table)
+    ) == len(rows)
     assert {p: p.read_bytes() for p in (landing / "customers").iterdir()} == before
+    db.dispose()
+
+
+def test_a_thousand_small_files_are_staged_in_a_handful_of_spark_jobs(
+    spark, spark_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CDC_SCHEMA", "many_files_test")
+    project = Project.load(spark_project, target="local")
+    landing = tmp_path / "landing"
+    files = generate_customers(landing / "customers", initial=20, files=999, changes_per_file=3)
+    assert len(files) == 1000
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    pid = new_process_id()
+    db.start_run(pid, "ingest", "local")
+    sc = spark.sparkContext
+    group = f"many-files-{pid}"
+    sc.setJobGroup(group, "1,000 small Files")
+    try:
+        result = ingest(project, db, pid, spark=spark, landing=[str(landing)])
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    jobs = sc.statusTracker().getJobIdsForGroup(group)
+    print(f"1,000 Files: {len(jobs)} Spark jobs")
+    assert result.staged == 1000 and result.rows == 20 + 999 * 3
+    # One read per entity: a listing job, the checks, the write and its manifest; not 1,000.
+    assert 0 < len(jobs) <= 20, f"{len(jobs)} Spark jobs for 1,000 Files"
     db.dispose()

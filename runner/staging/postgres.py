@@ -1,0 +1,197 @@
+"""Staging on PostgreSQL: Spark validates and writes CSV parts, then COPY loads them.
+
+One PostgreSQL transaction deletes the Files' earlier rows (a retry), COPYs the new ones and
+records the Files in the staged-files manifest, so a File is staged whole or not at all. The
+load is COPY, never row-by-row INSERTs. Column names are lowercased so that unquoted SQL in the
+models (``select customer_id, op ...``) works the same on every destination.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.entities import Entity
+from runner.errors import ConfigError
+from runner.lineage import lineage_columns, staged_columns, state_tables
+from runner.staging.spark import FileToStage, StagingWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SIMPLE_TYPES = {
+    "string": "text",
+    "boolean": "boolean",
+    "tinyint": "smallint",
+    "smallint": "smallint",
+    "int": "integer",
+    "integer": "integer",
+    "bigint": "bigint",
+    "float": "real",
+    "double": "double precision",
+    "decimal": "numeric",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamp_ntz": "timestamp",
+    "binary": "bytea",
+}
+
+
+def pg_type(spark_type: str) -> str:
+    """The PostgreSQL type for a declared Spark SQL type."""
+    t = spark_type.strip().lower()
+    if t in SIMPLE_TYPES:
+        return SIMPLE_TYPES[t]
+    m = re.fullmatch(r"(decimal|varchar|char)\((.+)\)", t)
+    if m:
+        name = "numeric" if m.group(1) == "decimal" else m.group(1)
+        return f"{name}({m.group(2).replace(' ', '')})"
+    raise ConfigError(f"data_type {spark_type!r} has no PostgreSQL equivalent here")
+
+
+def q(*parts: str) -> str:
+    return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
+
+
+def connect(target: dict[str, Any]) -> Any:
+    """A psycopg2 connection from the dbt profile target (password from the environment)."""
+    import psycopg2
+
+    return psycopg2.connect(
+        host=target.get("host", "127.0.0.1"),
+        port=int(target.get("port", 5432)),
+        user=target.get("user"),
+        password=target.get("password") or None,
+        dbname=target.get("dbname") or target.get("database"),
+        connect_timeout=int(target.get("connect_timeout", 10)),
+    )
+
+
+class PostgresWriter(StagingWriter):
+    def __init__(self, target: dict[str, Any], scratch_dir: Path) -> None:
+        self.target = target
+        self.scratch_dir = scratch_dir
+
+    def write(
+        self,
+        spark: SparkSession,
+        entity: Entity,
+        out: DataFrame,
+        files: list[FileToStage],
+        counts: dict[str, int],
+        process_id: str,
+        staged_at: datetime,
+    ) -> None:
+        lineage = lineage_columns()
+        columns = [c.name for c in entity.columns] + staged_columns()
+        types = {c.name: pg_type(c.data_type) for c in entity.columns}
+        types.update(
+            {
+                lineage["operation"]: "text",
+                lineage["sequence"]: types[entity.sequence],
+                lineage["process_id"]: "text",
+                lineage["file_hash"]: "text",
+                lineage["file_name"]: "text",
+                lineage["row_number"]: "bigint",
+                lineage["ingested_at"]: "timestamp",
+            }
+        )
+        self.scratch_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=self.scratch_dir))
+        try:
+            (
+                out.select(*columns)
+                .write.mode("overwrite")
+                .option("header", False)
+                .option("quote", '"')
+                .option("escape", '"')
+                .option("nullValue", "")
+                .option("emptyValue", '""')
+                .option("timestampFormat", "yyyy-MM-dd HH:mm:ss.SSSSSS")
+                .option("encoding", "UTF-8")
+                .csv(str(scratch / "rows"))
+            )
+            parts = sorted((scratch / "rows").glob("part-*.csv"))
+            self._load(entity, columns, types, parts, files, counts, process_id, staged_at)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _load(
+        self,
+        entity: Entity,
+        columns: list[str],
+        types: dict[str, str],
+        parts: list[Path],
+        files: list[FileToStage],
+        counts: dict[str, int],
+        process_id: str,
+        staged_at: datetime,
+    ) -> None:
+        lineage = lineage_columns()
+        schema, table = entity.staging_schema, entity.staging_table
+        spec = state_tables()["staged_files"]
+        mcols = spec["columns"]
+        hashes = [f.content_hash for f in files]
+        conn = connect(self.target)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}")
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {q(schema, table)} ("
+                    + ", ".join(f"{q(c.lower())} {types[c]}" for c in columns)
+                    + ")"
+                )
+                cur.execute(
+                    f"CREATE INDEX IF NOT EXISTS {q(table + '__by_file')} "
+                    f"ON {q(schema, table)} ({q(lineage['file_hash'])})"
+                )
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {q(schema, spec['identifier'])} ("
+                    f"{q(mcols[0])} text NOT NULL, {q(mcols[1])} text NOT NULL, "
+                    f"{q(mcols[2])} text, {q(mcols[3])} text, {q(mcols[4])} bigint, "
+                    f"{q(mcols[5])} timestamp, PRIMARY KEY ({q(mcols[0])}, {q(mcols[1])}))"
+                )
+                cur.execute(
+                    f"DELETE FROM {q(schema, table)} WHERE {q(lineage['file_hash'])} = ANY(%s)",
+                    (hashes,),
+                )
+                copied = 0
+                copy = (
+                    f"COPY {q(schema, table)} ({', '.join(q(c.lower()) for c in columns)}) "
+                    "FROM STDIN WITH (FORMAT csv, NULL '', ENCODING 'UTF8')"
+                )
+                for part in parts:
+                    with open(part, "rb") as handle:
+                        cur.copy_expert(copy, handle)
+                        copied += cur.rowcount
+                expected = sum(counts.get(h, 0) for h in hashes)
+                if copied != expected:
+                    raise RuntimeError(
+                        f"COPY into {schema}.{table} loaded {copied} rows, expected {expected}"
+                    )
+                cur.execute(
+                    f"DELETE FROM {q(schema, spec['identifier'])} "
+                    f"WHERE {q(mcols[0])} = %s AND {q(mcols[1])} = ANY(%s)",
+                    (entity.name, hashes),
+                )
+                cur.executemany(
+                    f"INSERT INTO {q(schema, spec['identifier'])} "
+                    f"({', '.join(q(c) for c in mcols)}) VALUES (%s, %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            entity.name,
+                            f.content_hash,
+                            f.path.name,
+                            process_id,
+                            counts.get(f.content_hash, 0),
+                            staged_at,
+                        )
+                        for f in files
+                    ],
+                )
+        finally:
+            conn.close()
