@@ -1,0 +1,271 @@
+"""`runner ingest` then `dbt build` on local Spark + Iceberg and on PostgreSQL: the customers
+table equals a plain-Python oracle over a multi-File scenario (several changes per key per
+File, rows out of order, deletes, re-inserts, late Files, a byte-identical copy, a broken File,
+a header-only File), a second build changes nothing, and a run that fails between the MERGE
+and the markers is repaired by the next one."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from audit import AuditDB
+from runner.ids import new_process_id
+from runner.ingest import ingest
+from runner.lineage import lineage_columns, state_tables
+from runner.project import Project
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt]
+
+HEADER = ["Op", "AR_H_CHANGE_SEQ", "customer_id", "name", "email", "tier", "balance", "updated_at"]
+
+
+def seq(n: int) -> str:
+    return f"20260301080000{n:021d}"
+
+
+def change(op: str, n: int, key: int, tag: str = "") -> list[str]:
+    if op == "D":
+        return [op, seq(n), str(key), "", "", "", "", ""]
+    return [
+        op,
+        seq(n),
+        str(key),
+        f'Name {key}, "{tag}" Zoë',
+        f"k{key}.{tag}@example.com",
+        "gold" if n % 2 else "",
+        f"{key * 100 + n}.{n % 100:02d}",
+        f"2026-03-01 08:{n % 60:02d}:00.{n:06d}",
+    ]
+
+
+def write(path: Path, rows: list[list[str]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        w = csv.writer(handle, lineterminator="\n")
+        w.writerow(HEADER)
+        w.writerows(rows)
+    return path
+
+
+ROUND_1 = {
+    "LOAD00000001.csv": [change("I", k, k, "load") for k in range(1, 7)],
+    # Several changes per key, rows out of sequence order, a delete, a new key.
+    "20260301-080500000.csv": [
+        change("U", 20, 1, "b"),
+        change("U", 10, 1, "a"),
+        change("D", 15, 2),
+        change("I", 12, 7, "new"),
+        change("U", 18, 3, "x"),
+    ],
+}
+ROUND_2 = {
+    # A re-insert of a deleted key, deletes, an update.
+    "20260301-081000000.csv": [
+        change("I", 30, 2, "back"),
+        change("D", 31, 4),
+        change("U", 32, 5, "y"),
+        change("D", 33, 7),
+    ],
+    "20260301-081500000.csv": [],  # header only: applies as zero rows
+}
+LATE = {
+    # A late File, applied after the Files above: older sequences than what is applied. k4 and
+    # k7 stay deleted (their tombstones), k1 and k5 keep their newer values, k8 is new, and the
+    # delete of k6 is newer than its load.
+    "20260301-075900000.csv": [
+        change("U", 8, 4, "late"),
+        change("U", 11, 1, "late"),
+        change("I", 9, 8, "late"),
+        change("U", 13, 7, "late"),
+        change("U", 4, 5, "late"),
+        change("D", 7, 6),
+    ],
+}
+ROUND_3 = {
+    "20260301-082000000.csv": [
+        change("U", 40, 2, "again"),
+        change("D", 41, 3),
+        change("I", 42, 9, "nine"),
+        change("U", 43, 9, "nine2"),
+    ],
+}
+
+
+def oracle(files: list[Path]) -> dict[int, tuple]:
+    """Current state by plain Python: per key, the change with the highest sequence wins."""
+    last: dict[int, tuple[str, dict[str, str], str]] = {}
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                key = int(row["customer_id"])
+                if key not in last or row["AR_H_CHANGE_SEQ"] > last[key][0]:
+                    last[key] = (row["AR_H_CHANGE_SEQ"], row, path.name)
+    out = {}
+    for key, (s, row, name) in last.items():
+        if row["Op"] == "D":
+            continue
+        v = {k: (x if x != "" else None) for k, x in row.items()}
+        out[key] = (
+            v["name"],
+            v["email"],
+            v["tier"],
+            Decimal(v["balance"]),
+            datetime.fromisoformat(v["updated_at"]),
+            s,
+            name,
+        )
+    return out
+
+
+def read_table(target: str, spark, project: Project, table: str) -> list[dict]:
+    schema = project.target["schema"]
+    if target == "local":
+        return [r.asDict() for r in spark.sql(f"select * from `{schema}`.`{table}`").collect()]
+    from runner.staging.postgres import connect
+
+    conn = connect(project.target)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'select * from "{schema}"."{table}"')
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def current(rows: list[dict]) -> dict[int, tuple]:
+    lin = lineage_columns()
+    return {
+        r["customer_id"]: (
+            r["name"],
+            r["email"],
+            r["tier"],
+            r["balance"],
+            r["updated_at"],
+            r[lin["sequence"]],
+            r[lin["file_name"]],
+        )
+        for r in rows
+    }
+
+
+@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else "apply_test"
+    monkeypatch.setenv("CDC_SCHEMA", schema)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def dbt_deps(spark_project: Path) -> Path:
+    from dbt.cli.main import dbtRunner
+
+    proj = spark_project / "dbt_project"
+    res = dbtRunner().invoke(
+        ["deps", "--project-dir", str(proj), "--profiles-dir", str(proj.parent)]
+    )
+    assert res.success, res.exception
+    return proj
+
+
+def dbt_build(proj: Path, target: str, *extra: str):
+    from dbt.cli.main import dbtRunner
+
+    return dbtRunner().invoke(
+        [
+            "build",
+            "--project-dir",
+            str(proj),
+            "--profiles-dir",
+            str(proj.parent),
+            "--target",
+            target,
+            *extra,
+        ]
+    )
+
+
+def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
+    spark, spark_project: Path, dbt_deps: Path, tmp_path: Path, target: str
+) -> None:
+    project = Project.load(spark_project, target=target)
+    if target == "local":
+        spark.sql(f"drop database if exists `{project.target['schema']}` cascade")
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    landing = tmp_path / "landing"
+    folder = landing / "customers"
+    lin = lineage_columns()
+    markers_table = state_tables()["applied_files"]["identifier"]
+
+    def run_ingest() -> None:
+        pid = new_process_id()
+        db.start_run(pid, "ingest", target)
+        ingest(project, db, pid, spark=spark, landing=[str(landing)])
+
+    good: list[Path] = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    run_ingest()
+    assert dbt_build(dbt_deps, target).success
+    rows = read_table(target, spark, project, "customers")
+    assert current(rows) == oracle(good)
+
+    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
+    bad = folder / "20260301-081200000.csv"
+    write(bad, [change("I", 50, 10, "z"), ["X", seq(51), "11", "", "", "", "", ""]])
+    run_ingest()
+    states = {Path(f.path).name: f.state for f in db.files()}
+    assert states["copy-of-080500.csv"] == "DUPLICATE" and states[bad.name] == "QUARANTINED"
+    assert dbt_build(dbt_deps, target).success
+    rows = read_table(target, spark, project, "customers")
+    assert current(rows) == oracle(good)
+    assert 10 not in current(rows)  # nothing of the quarantined File was applied
+
+    good += [write(folder / n, rows) for n, rows in LATE.items()]
+    run_ingest()
+    assert dbt_build(dbt_deps, target).success
+    rows = read_table(target, spark, project, "customers")
+    assert current(rows) == oracle(good)
+    for r in rows:
+        for name in lin.values():
+            assert r[name] is not None, (name, r)
+
+    # Nothing new: a second build changes nothing, not even the lineage of a row.
+    assert dbt_build(dbt_deps, target).success
+    assert sorted(read_table(target, spark, project, "customers"), key=str) == sorted(rows, key=str)
+
+    # A run that fails after the MERGE and before the markers, then a normal run.
+    good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
+    run_ingest()
+    failed = dbt_build(dbt_deps, target, "--vars", "{cdc_fail_before_markers: true}")
+    assert not failed.success
+    markers = read_table(target, spark, project, markers_table)
+    assert "20260301-082000000.csv" not in {m["file_name"] for m in markers}
+    after_crash = current(read_table(target, spark, project, "customers"))
+    if target == "postgres":  # one transaction: nothing of the failed run is visible
+        assert after_crash == current(rows)
+    else:  # ordered statements: the MERGE happened, the markers did not
+        assert after_crash == oracle(good)
+    assert dbt_build(dbt_deps, target).success
+    final = read_table(target, spark, project, "customers")
+    assert current(final) == oracle(good)
+    markers = read_table(target, spark, project, markers_table)
+    names = sorted(m["file_name"] for m in markers)
+    staged = sorted(p.name for p in good)
+    assert names == staged  # exactly one marker per applied File, the header-only one too
+    by_name = {m["file_name"]: m for m in markers}
+    late = by_name["20260301-075900000.csv"]
+    # k8 inserted, k6 deleted; k4, k1, k7, k5 stale.
+    assert (
+        late["rows_inserted"],
+        late["rows_updated"],
+        late["rows_deleted"],
+        late["rows_skipped"],
+    ) == (1, 0, 1, 4)
+    db.dispose()
