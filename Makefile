@@ -27,8 +27,7 @@ setup: $(VENV)/.installed
 	@echo "setup done: next, 'make demo' or 'make test'"
 
 demo: setup
-	$(BIN)/runner ingest --landing landing
-	$(BIN)/dbt build --project-dir dbt_project
+	$(BIN)/runner run --landing landing
 	$(BIN)/runner status
 
 test: setup

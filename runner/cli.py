@@ -188,22 +188,54 @@ def _print_status_table(files: list[Any]) -> None:
     console.print(table)
 
 
+def ingest_options(func: Any) -> Any:
+    """The options `ingest` and `run` share."""
+    func = click.option(
+        "--min-age",
+        default=0.0,
+        show_default=True,
+        help="Skip Files modified less than N seconds ago (still being written).",
+    )(func)
+    func = click.option(
+        "--entity", "entities", multiple=True, help="Only these entities (repeatable)."
+    )(func)
+    return click.option(
+        "--landing",
+        multiple=True,
+        type=click.Path(file_okay=False),
+        help="Landing root(s) for this run, instead of runner.yml's landing_roots.",
+    )(func)
+
+
+def _report_ingest(process_id: str, result: Any) -> int:
+    for note in result.notes:
+        log.info(note)
+    click.echo(
+        f"process {process_id}: {result.registered} new Files ({result.duplicates} duplicates), "
+        f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
+        f"{result.failed} failed"
+        + (f"; {result.committed} committed by reconcile" if result.committed else "")
+    )
+    bad = int(result.quarantined + result.failed)
+    if bad:
+        click.echo(
+            f"{result.quarantined} File(s) quarantined and {result.failed} failed; "
+            "see `runner status`",
+            err=True,
+        )
+    return bad
+
+
 @main.command()
-@click.option(
-    "--landing",
-    multiple=True,
-    type=click.Path(file_okay=False),
-    help="Landing root(s) for this run, instead of runner.yml's landing_roots.",
-)
-@click.option("--entity", "entities", multiple=True, help="Only these entities (repeatable).")
-@click.option(
-    "--min-age", default=0.0, show_default=True, help="Skip Files modified less than N seconds ago."
-)
+@ingest_options
 @click.pass_obj
 def ingest(
     obj: Context, landing: tuple[str, ...], entities: tuple[str, ...], min_age: float
 ) -> None:
-    """Find, hash, register and stage new Files; exit 1 when any was quarantined or failed."""
+    """Reconcile, then find, hash, register and stage new Files.
+
+    Exits 1 when any File was quarantined or failed.
+    """
     from runner.ids import new_process_id
     from runner.ingest import ingest as run_ingest
     from runner.spark_session import get_spark
@@ -223,22 +255,92 @@ def ingest(
             entity_names=list(entities) or None,
             min_age_seconds=min_age,
         )
-        for note in result.notes:
-            log.info(note)
-        bad = result.quarantined + result.failed
+        bad = _report_ingest(process_id, result)
         outcome = "failed" if bad else "ok"
-        click.echo(
-            f"process {process_id}: {result.registered} new Files "
-            f"({result.duplicates} duplicates), "
-            f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
-            f"{result.failed} failed"
-        )
         if bad:
-            click.echo(
-                f"{result.quarantined} File(s) quarantined and {result.failed} failed; "
-                "see `runner status`",
-                err=True,
-            )
+            raise SystemExit(ExitCode.FILES_FAILED)
+    finally:
+        db.end_run(process_id, outcome)
+        db.dispose()
+
+
+@main.command()
+@click.pass_obj
+def reconcile(obj: Context) -> None:
+    """Mark STAGED Files COMMITTED where the destination holds their Applied File Marker."""
+    from runner.ids import new_process_id
+    from runner.reconcile import reconcile as run_reconcile
+
+    project = obj.project()
+    db = obj.audit_db(project)
+    process_id = new_process_id()
+    db.start_run(process_id, "reconcile", project.target_name)
+    outcome = "error"
+    try:
+        result = run_reconcile(project, db, process_id)
+        click.echo(
+            f"process {process_id}: {result.committed} Files committed, "
+            f"{result.waiting} staged and waiting for `dbt build`"
+        )
+        outcome = "ok"
+    finally:
+        db.end_run(process_id, outcome)
+        db.dispose()
+
+
+@main.command()
+@ingest_options
+@click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def run(
+    obj: Context,
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    min_age: float,
+    dbt_args: tuple[str, ...],
+) -> None:
+    """Reconcile, ingest, `dbt build` and reconcile, in one process.
+
+    Extra arguments after `--` go to `dbt build` (for example `-- --select customers`).
+    Exits 1 when a File was quarantined or failed or dbt failed.
+    """
+    from runner.ids import new_process_id
+    from runner.run import run as run_all
+    from runner.spark_session import get_spark
+
+    project = obj.project()
+    db = obj.audit_db(project)
+    process_id = new_process_id()
+    db.start_run(process_id, "run", project.target_name)
+    outcome = "error"
+    try:
+        result = run_all(
+            project,
+            db,
+            process_id,
+            spark=get_spark(project),
+            landing=list(landing) or None,
+            entity_names=list(entities) or None,
+            min_age_seconds=min_age,
+            dbt_args=list(dbt_args),
+        )
+        _report_ingest(process_id, result.ingest)
+        if not result.dbt_ok:
+            click.echo(f"error: {result.dbt_error}", err=True)
+        click.echo(
+            f"process {process_id}: {result.reconcile.committed} Files committed, "
+            f"{result.reconcile.waiting} staged and not applied"
+        )
+        from runner.reconcile import applied_markers, table_rows
+
+        spark = get_spark(project)
+        targets = sorted({t for ts in applied_markers(project, spark).values() for t in ts})
+        for table, rows in table_rows(project, targets, spark).items():
+            click.echo(f"{table}: {rows} rows")
+        counts = db.counts()
+        click.echo("Audit DB: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        outcome = "ok" if result.ok else "failed"
+        if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
     finally:
         db.end_run(process_id, outcome)

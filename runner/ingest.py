@@ -30,6 +30,7 @@ class IngestResult:
     quarantined: int = 0
     failed: int = 0
     rows: int = 0
+    committed: int = 0  # STAGED Files found applied by the reconcile that ingest starts with
     notes: list[str] = field(default_factory=list)
 
 
@@ -76,6 +77,9 @@ def ingest(
     chosen: list[Entity] = [entities[n] for n in (entity_names or sorted(entities))]
     roots = landing_roots(project, landing)
     result = IngestResult()
+    from runner.reconcile import reconcile
+
+    result.committed = reconcile(project, db, process_id, spark).committed
     for rec in db.reclaim_expired(process_id=process_id):
         result.notes.append(f"{rec.path}: lease expired, back to {rec.state}")
     for entity in chosen:
