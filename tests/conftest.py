@@ -110,3 +110,12 @@ def spark(spark_project: Path) -> Iterator[SparkSession]:  # noqa: F821
     session = get_spark(project, app_name="cdc-tests")
     yield session
     session.stop()
+
+
+def drop_database(spark, name: str) -> None:
+    """Iceberg's Hive catalog refuses DROP DATABASE ... CASCADE: drop the tables first."""
+    if not spark.catalog.databaseExists(name):
+        return
+    for row in spark.sql(f"show tables in {name}").collect():
+        spark.sql(f"drop table if exists {name}.{row['tableName']} purge")
+    spark.sql(f"drop database {name}")

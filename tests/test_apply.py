@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import drop_database
 
 from audit import AuditDB
 from runner.ids import new_process_id
@@ -196,7 +197,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
 ) -> None:
     project = Project.load(spark_project, target=target)
     if target == "local":
-        spark.sql(f"drop database if exists `{project.target['schema']}` cascade")
+        drop_database(spark, project.target["schema"])
     db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
     db.upgrade()
     landing = tmp_path / "landing"

@@ -8,4 +8,4 @@ select
     balance,
     updated_at,
     {{ cdc.lineage_select() }}
-from {{ cdc.unapplied('cdc_staging', 'customers') }}
+from {{ cdc.unapplied(ref('stg_customers')) }}

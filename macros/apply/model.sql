@@ -2,30 +2,24 @@
   What an entity model (dbt_project/models/<entity>.sql) calls:
 
     select <your columns>, {{ cdc.lineage_select() }}
-    from {{ cdc.unapplied('cdc_staging', 'customers') }}
+    from {{ cdc.unapplied(ref('stg_customers')) }}
 
   `unapplied` reads the staged rows of Files that have no Applied File Marker for this model
   yet; using it is also what makes the model an apply model (see is_apply_model below).
 -#}
 
-{% macro unapplied(source_name, table_name) %}
-  {%- set staged = source(source_name, table_name) -%}
-  {%- set files = cdc.state_relation('staged_files') -%}
+{% macro unapplied(relation) %}
   {%- set markers = cdc.state_relation('applied_files') -%}
-  {%- set tombstones = cdc.state_relation('tombstones') -%}  {#- declared input: lineage -#}
+  {%- set files = cdc.state_relation('staged_files') -%}     {#- declared inputs: lineage -#}
+  {%- set tombstones = cdc.state_relation('tombstones') -%}
   {%- set lin = cdc.lineage_columns() -%}
   (
     select cdc_staged.*
-    from {{ staged }} as cdc_staged
-    where cdc_staged.{{ lin.file_hash }} in (
-      select cdc_files.file_hash
-      from {{ files }} as cdc_files
-      where cdc_files.entity = '{{ table_name }}'
-        and cdc_files.file_hash not in (
-          select cdc_markers.file_hash
-          from {{ markers }} as cdc_markers
-          where cdc_markers.target_table = '{{ cdc.target_name() }}'
-        )
+    from {{ relation }} as cdc_staged
+    where cdc_staged.{{ lin.file_hash }} not in (
+      select cdc_markers.file_hash
+      from {{ markers }} as cdc_markers
+      where cdc_markers.target_table = '{{ cdc.target_name() }}'
     )
   ) as cdc_unapplied
 {%- endmacro %}
@@ -53,19 +47,28 @@
   {{ return(['cdc_state', 'applied_files'] in (model.sources or [])) }}
 {% endmacro %}
 
-{#- The entity an apply model reads: its one source whose meta declares `cdc`. -#}
+{#- The entity an apply model reads: the one upstream source whose meta declares `cdc`
+    (directly, or through staging models). -#}
 {% macro apply_entity() %}
   {%- set found = [] -%}
-  {%- for uid in model.depends_on.nodes if uid.startswith('source.') -%}
-    {%- set node = graph.sources.get(uid) -%}
-    {%- if node and ((node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc')) -%}
-      {%- do found.append(node.name) -%}
+  {%- set queue = model.depends_on.nodes | list -%}
+  {#- Breadth-first over the upstream graph; the list grows while it is walked. -#}
+  {%- for uid in queue -%}
+    {%- if uid.startswith('source.') -%}
+      {%- set node = graph.sources.get(uid) -%}
+      {%- if node and ((node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc')) and node.name not in found -%}
+        {%- do found.append(node.name) -%}
+      {%- endif -%}
+    {%- elif uid in graph.nodes and queue | length < 200 -%}
+      {%- for parent in graph.nodes[uid].depends_on.nodes if parent not in queue -%}
+        {%- do queue.append(parent) -%}
+      {%- endfor -%}
     {%- endif -%}
   {%- endfor -%}
   {%- if found | length != 1 -%}
     {{ exceptions.raise_compiler_error(
-        "model " ~ model.name ~ " must read exactly one CDC entity through cdc.unapplied(); found: "
-        ~ (found | join(', ') or 'none')) }}
+        "model " ~ model.name ~ " must read exactly one CDC entity (a source with meta.cdc) "
+        ~ "through cdc.unapplied(); found: " ~ (found | join(', ') or 'none')) }}
   {%- endif -%}
   {{ return(found[0]) }}
 {% endmacro %}

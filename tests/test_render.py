@@ -1,0 +1,273 @@
+"""BigQuery and Databricks cannot be reached from here. Their apply SQL is rendered by dbt with
+the real adapter macros loaded and no connection, every statement is parsed by sqlglot in that
+dialect, and the Databricks statements also run on local Spark + Iceberg (only the table format
+differs: Delta there, Iceberg here) where they must give the oracle's table. The same renders
+show which implementation dbt dispatches to on each adapter, and that without the root project's
+`dispatch:` entry dbt would never call the package's overrides."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import sqlglot
+import yaml
+from conftest import drop_database, make_project
+
+from runner.lineage import lineage_columns, state_tables
+
+pytestmark = pytest.mark.dbt
+
+COLUMNS = {
+    "customer_id": ("INT64", "bigint"),
+    "name": ("STRING", "string"),
+}
+
+
+def _columns(dialect: int) -> list[tuple[str, str]]:
+    lin = lineage_columns()
+    types = {
+        "operation": ("STRING", "string"),
+        "sequence": ("STRING", "string"),
+        "process_id": ("STRING", "string"),
+        "file_hash": ("STRING", "string"),
+        "file_name": ("STRING", "string"),
+        "row_number": ("INT64", "bigint"),
+        "ingested_at": ("TIMESTAMP", "timestamp"),
+        "invocation_id": ("STRING", "string"),
+        "applied_at": ("TIMESTAMP", "timestamp"),
+    }
+    cols = [(n, t[dialect]) for n, t in COLUMNS.items()]
+    return cols + [(lin[k], types[k][dialect]) for k in types]
+
+
+def _inline(columns: list[tuple[str, str]], wrap: str) -> str:
+    cols = ", ".join(f"('{n}', '{t}')" for n, t in columns)
+    return (
+        "{%- set cols = [] -%}"
+        f"{{%- for n, t in [{cols}] -%}}{{%- do cols.append(api.Column.create(n, t)) -%}}"
+        "{%- endfor -%}"
+        "{%- set tgt = api.Relation.create(database=target.database, schema=target.schema, "
+        "identifier='customers') -%}"
+        "{%- set src = api.Relation.create(identifier='customers__dbt_tmp') -%}"
+        "{%- set stmts = cdc.apply_statements(tgt, src, cols, ['customer_id'], 'customers', "
+        "'cdc.customers') -%}" + wrap + "\n-- dispatched: "
+        "{{ adapter.dispatch('get_merge_sql', 'dbt').macro.package_name }}."
+        "{{ adapter.dispatch('get_merge_sql', 'dbt').macro.name }} "
+        "{{ adapter.dispatch('create_table_as', 'dbt').macro.package_name }}."
+        "{{ adapter.dispatch('create_table_as', 'dbt').macro.name }}"
+    )
+
+
+@pytest.fixture(scope="module")
+def render_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project copy whose profiles name BigQuery and Databricks targets nobody can reach."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from dbt.cli.main import dbtRunner
+
+    root = make_project(tmp_path_factory.mktemp("render"))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()
+    profiles = yaml.safe_load((root / "profiles.yml").read_text())
+    outputs = profiles["cdc"]["outputs"]
+    outputs["bigquery"] = {
+        "type": "bigquery",
+        "method": "service-account-json",  # a throwaway key: nothing is ever sent
+        "project": "cdc-render-only",
+        "dataset": "cdc",
+        "threads": 1,
+        "keyfile_json": {
+            "type": "service_account",
+            "project_id": "cdc-render-only",
+            "private_key_id": "0",
+            "private_key": pem,
+            "client_email": "render@cdc-render-only.iam.gserviceaccount.com",
+            "client_id": "0",
+            "token_uri": "https://oauth2.googleapis.com/token",
+        },
+    }
+    outputs["databricks"] = {
+        "type": "databricks",
+        "host": "render-only.cloud.databricks.com",
+        "http_path": "/sql/1.0/warehouses/render-only",
+        "token": "not-a-token",
+        "catalog": "spark_catalog",  # the local Spark catalog, so the SQL also runs here
+        "schema": "render_dbx",
+        "threads": 1,
+    }
+    (root / "profiles.yml").write_text(yaml.safe_dump(profiles))
+    res = dbtRunner().invoke(
+        ["deps", "--project-dir", str(root / "dbt_project"), "--profiles-dir", str(root)]
+    )
+    assert res.success, res.exception
+    return root
+
+
+def _render(root: Path, target: str, inline: str, *extra: str) -> str:
+    from dbt.cli.main import dbtRunner
+
+    res = dbtRunner().invoke(
+        [
+            "compile",
+            "--project-dir",
+            str(root / "dbt_project"),
+            "--profiles-dir",
+            str(root),
+            "--target",
+            target,
+            "--no-populate-cache",
+            "--inline",
+            inline,
+            *extra,
+        ]
+    )
+    assert res.success, res.exception
+    return res.result.results[0].node.compiled_code
+
+
+def _statements(script: str, dialect: str) -> list[sqlglot.Expression]:
+    parsed = sqlglot.parse(script, read=dialect, error_level=sqlglot.ErrorLevel.RAISE)
+    return [e for e in parsed if e is not None and not isinstance(e, sqlglot.exp.Semicolon)]
+
+
+def test_bigquery_apply_is_one_transaction_that_parses(render_project: Path) -> None:
+    sql = _render(
+        render_project, "bigquery", _inline(_columns(0), "{{ cdc.bigquery_script(stmts) }}")
+    )
+    kinds = [type(e).__name__ for e in _statements(sql, "bigquery")]
+    assert kinds == ["Transaction", "Create", "Create", "Merge", "Merge", "Insert", "Commit"]
+    assert "dispatched: cdc.bigquery__get_merge_sql cdc.bigquery__create_table_as" in sql
+    assert "`cdc-render-only`.`cdc`.`cdc_applied_files`" in sql
+
+
+def test_databricks_apply_parses_and_runs_on_local_spark(render_project: Path, spark) -> None:
+    wrap = "{{ stmts | join(';\\n') }};"
+    sql = _render(
+        render_project,
+        "databricks",
+        _inline(_columns(1), wrap),
+        "--vars",
+        "{cdc_file_format: iceberg}",
+    )
+    assert "dispatched: cdc.databricks__get_merge_sql cdc.databricks__create_table_as" in sql
+    statements = _statements(sql.split("\n-- dispatched")[0], "databricks")
+    assert [type(e).__name__ for e in statements] == [
+        "Create",
+        "Create",
+        "Merge",
+        "Merge",
+        "Insert",
+    ]
+
+    # The same text, statement by statement, on local Spark + Iceberg tables.
+    lin = lineage_columns()
+    st = state_tables()
+    drop_database(spark, "render_dbx")
+    spark.sql("create database render_dbx")
+    types = dict(_columns(1))
+    spark.sql(
+        "create table render_dbx.customers ("
+        + ", ".join(f"`{n}` {t}" for n, t in types.items())
+        + ") using iceberg"
+    )
+    spark.sql(
+        "insert into render_dbx.customers values (1, 'old', 'I', 's05', 'p0', 'h0', 'f0', 1, "
+        "timestamp'2026-03-01 00:00:00', 'i0', timestamp'2026-03-01 00:00:00'),"
+        "(2, 'keep', 'I', 's50', 'p0', 'h0', 'f0', 2, timestamp'2026-03-01 00:00:00', 'i0', "
+        "timestamp'2026-03-01 00:00:00')"
+    )
+    for spec in st.values():
+        ddl_types = {
+            "staged_rows": "bigint",
+            "rows_inserted": "bigint",
+            "rows_updated": "bigint",
+            "rows_deleted": "bigint",
+            "rows_skipped": "bigint",
+            "staged_at": "timestamp",
+            "applied_at": "timestamp",
+            "deleted_at": "timestamp",
+        }
+        cols = ", ".join(f"{c} {ddl_types.get(c, 'string')}" for c in spec["columns"])
+        spark.sql(f"create table render_dbx.{spec['identifier']} ({cols}) using iceberg")
+    spark.sql(
+        f"insert into render_dbx.{st['staged_files']['identifier']} values "
+        "('customers', 'h1', 'f1.csv', 'p1', 4, current_timestamp()),"
+        "('customers', 'h2', 'f2.csv', 'p1', 0, current_timestamp())"
+    )
+    staged = [  # (key, name, op, seq, row): k1 updated twice, k2 stale, k3 inserted then deleted
+        (1, "new", "U", "s10", 1),
+        (1, "newer", "U", "s20", 2),
+        (2, "stale", "U", "s40", 3),
+        (3, "gone", "I", "s11", 4),
+    ]
+    rows = (
+        ", ".join(
+            f"({k}, '{n}', '{op}', '{s}', 'p1', 'h1', 'f1.csv', {r}, current_timestamp())"
+            for k, n, op, s, r in staged
+        )
+        + ", (3, null, 'D', 's12', 'p1', 'h1', 'f1.csv', 5, current_timestamp())"
+    )
+    names = [n for n in types if n not in (lin["invocation_id"], lin["applied_at"])]
+    spark.sql(f"select * from values {rows} as t({', '.join(names)})").createOrReplaceTempView(
+        "customers__dbt_tmp"
+    )
+    for stmt in statements:
+        spark.sql(stmt.sql("spark"))
+    result = {
+        r["customer_id"]: (r["name"], r[lin["sequence"]])
+        for r in spark.sql("select * from render_dbx.customers").collect()
+    }
+    assert result == {1: ("newer", "s20"), 2: ("keep", "s50")}
+    tomb = spark.sql(
+        f"select key_text, sequence_text from render_dbx.{st['tombstones']['identifier']}"
+    )
+    assert [tuple(r) for r in tomb.collect()] == [("1:3", "s12")]
+    markers = {
+        r["file_name"]: (
+            r["rows_inserted"],
+            r["rows_updated"],
+            r["rows_deleted"],
+            r["rows_skipped"],
+        )
+        for r in spark.sql(
+            f"select * from render_dbx.{st['applied_files']['identifier']}"
+        ).collect()
+    }
+    assert markers == {"f1.csv": (0, 1, 1, 3), "f2.csv": (0, 0, 0, 0)}
+    drop_database(spark, "render_dbx")
+
+
+@pytest.mark.parametrize("target", ["bigquery", "databricks"])
+def test_without_the_dispatch_entry_dbt_never_calls_the_overrides(
+    render_project: Path, tmp_path: Path, target: str
+) -> None:
+    root = tmp_path / "no_dispatch"
+    shutil.copytree(render_project, root, ignore=shutil.ignore_patterns("target", "logs"))
+    conf_file = root / "dbt_project" / "dbt_project.yml"
+    conf = yaml.safe_load(conf_file.read_text())
+    conf.pop("dispatch")
+    conf_file.write_text(yaml.safe_dump(conf))
+    from dbt.cli.main import dbtRunner
+
+    res = dbtRunner().invoke(
+        [
+            "compile",
+            "--project-dir",
+            str(root / "dbt_project"),
+            "--profiles-dir",
+            str(root),
+            "--target",
+            target,
+            "--no-populate-cache",
+            "--inline",
+            "{{ adapter.dispatch('get_merge_sql', 'dbt').macro.package_name }}",
+        ]
+    )
+    assert res.success, res.exception
+    assert res.result.results[0].node.compiled_code.strip() != "cdc"
