@@ -112,5 +112,6 @@ def table_rows(
     elif project.target_type == "spark" and spark is not None:
         for t in plain:
             schema, name = t.split(".")
-            out[t] = int(spark.sql(f"select count(*) from `{schema}`.`{name}`").first()[0])
+            first = spark.sql(f"select count(*) from `{schema}`.`{name}`").first()
+            out[t] = int(first[0]) if first is not None else 0
     return out

@@ -23,6 +23,7 @@ CORRUPT = "__corrupt_record"
 ERROR = "__error"
 FILE_URI = "__file_uri"
 ORDER = "__order"
+BLOCK = "__block"
 RAW = "__raw__"
 
 
@@ -83,6 +84,10 @@ def stage_entity(
 
 
 def _read(spark: SparkSession, entity: Entity, header: list[str], paths: list[str]) -> DataFrame:
+    """The Files' raw values: strings for CSV and JSON lines (no inference), Parquet's own types.
+
+    ``ORDER`` sorts rows in File order: the split's byte offset, then the position in the split.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -90,19 +95,33 @@ def _read(spark: SparkSession, entity: Entity, header: list[str], paths: list[st
         [T.StructField(name, T.StringType()) for name in header]
         + [T.StructField(CORRUPT, T.StringType())]
     )
+    if entity.format == "parquet":
+        df = spark.read.parquet(*paths).withColumn(CORRUPT, F.lit(None).cast("string"))
+    elif entity.format == "json":
+        df = (
+            spark.read.schema(schema)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .option("encoding", "UTF-8")
+            .json(paths)
+        )
+    else:
+        df = (
+            spark.read.schema(schema)
+            .option("header", entity.csv_header)
+            .option("sep", entity.csv_delimiter)
+            .option("quote", '"')
+            .option("escape", '"')
+            .option("multiLine", True)  # unsplit Files: row order within a File is preserved
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .option("nullValue", "")
+            .option("encoding", "UTF-8")
+            .csv(paths)
+        )
     return (
-        spark.read.schema(schema)
-        .option("header", entity.csv_header)
-        .option("sep", entity.csv_delimiter)
-        .option("quote", '"')
-        .option("escape", '"')
-        .option("multiLine", True)  # unsplit Files: row order within a File is preserved
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT)
-        .option("nullValue", "")
-        .option("encoding", "UTF-8")
-        .csv(paths)
-        .withColumn(FILE_URI, F.input_file_name())
+        df.withColumn(FILE_URI, F.input_file_name())
+        .withColumn(BLOCK, F.expr("input_file_block_start()"))
         .withColumn(ORDER, F.monotonically_increasing_id())
     )
 
@@ -132,7 +151,7 @@ def _stage_group(
     raw = raw.withColumn(FILE_URI, F.regexp_replace(FILE_URI, r"^file:/+", "file:///"))
     numbered = raw.withColumn(
         lineage["row_number"],
-        F.row_number().over(Window.partitionBy(FILE_URI).orderBy(ORDER)).cast("bigint"),
+        F.row_number().over(Window.partitionBy(FILE_URI).orderBy(BLOCK, ORDER)).cast("bigint"),
     )
     # Keep each raw string under its own name: checks read the raw value, the cast goes out.
     typed = numbered.select(
@@ -142,7 +161,12 @@ def _stage_group(
         ORDER,
         lineage["row_number"],
     )
-    checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit("wrong number of fields for the header"))]
+    malformed = (
+        "not a valid JSON object"
+        if entity.format == "json"
+        else "wrong number of fields for the header"
+    )
+    checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
     for col in entity.columns:
         raw_col = F.col(RAW + col.name)
         typed = typed.withColumn(col.name, raw_col.cast(col.data_type))
@@ -157,7 +181,7 @@ def _stage_group(
                     raw_col.isNotNull() & raw_col.cast(col.data_type).isNull(),
                     F.concat(
                         F.lit(f"column {col.name!r}: cannot cast "),
-                        _quoted(raw_col, 60),
+                        _quoted(raw_col.cast("string"), 60),
                         F.lit(f" to {col.data_type}"),
                     ),
                 )
@@ -169,7 +193,7 @@ def _stage_group(
             op_raw.isNull() | op_map[op_raw].isNull(),
             F.concat(
                 F.lit(f"column {entity.operation_column!r}: unknown operation code "),
-                F.coalesce(_quoted(op_raw, 20), F.lit("NULL")),
+                F.coalesce(_quoted(op_raw.cast("string"), 20), F.lit("NULL")),
                 F.lit(f" (accepted: {', '.join(entity.operations)})"),
             ),
         )
@@ -212,16 +236,16 @@ def _stage_group(
         )
         bad: dict[str, str] = {}
         for r in bad_rows:
-            line = _line(entity, r["first"][0])
+            line = _at(entity, r["first"][0])
             more = f" ({r['n'] - 1} more bad rows)" if r["n"] > 1 else ""
-            bad[r[FILE_URI]] = f"line {line}, {r['first'][1]}{more}"
+            bad[r[FILE_URI]] = f"{line}, {r['first'][1]}{more}"
         for r in conflicts:
             c = r["c"]
             key = ", ".join(f"{k}={c[k]}" for k in entity.keys)
             bad.setdefault(
                 r[FILE_URI],
-                f"line {_line(entity, c['second_row'])}, column {entity.sequence!r}: conflicts "
-                f"with line {_line(entity, c['first_row'])}: same key ({key}) and same sequence, "
+                f"{_at(entity, c['second_row'])}, column {entity.sequence!r}: conflicts "
+                f"with {_at(entity, c['first_row'])}: same key ({key}) and same sequence, "
                 "different values",
             )
         for uri, reason in bad.items():
@@ -256,4 +280,12 @@ def _quoted(column: Column, width: int) -> Column:
 
 def _line(entity: Entity, row_number: int) -> int:
     """Line of a data row in its File (the header is line 1)."""
-    return int(row_number) + (1 if entity.csv_header else 0)
+    header = entity.format == "csv" and entity.csv_header
+    return int(row_number) + (1 if header else 0)
+
+
+def _at(entity: Entity, row_number: int) -> str:
+    """Where a row is, for a message: its line in a text File, its row in a Parquet File."""
+    if entity.format == "parquet":
+        return f"row {int(row_number)}"
+    return f"line {_line(entity, row_number)}"
