@@ -197,6 +197,12 @@ def ingest_options(func: Any) -> Any:
         help="Skip Files modified less than N seconds ago (still being written).",
     )(func)
     func = click.option(
+        "--settle",
+        default=0.0,
+        show_default=True,
+        help="List Files twice, N seconds apart; skip those whose size or mtime changed.",
+    )(func)
+    func = click.option(
         "--entity", "entities", multiple=True, help="Only these entities (repeatable)."
     )(func)
     return click.option(
@@ -230,7 +236,11 @@ def _report_ingest(process_id: str, result: Any) -> int:
 @ingest_options
 @click.pass_obj
 def ingest(
-    obj: Context, landing: tuple[str, ...], entities: tuple[str, ...], min_age: float
+    obj: Context,
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
 ) -> None:
     """Reconcile, then find, hash, register and stage new Files.
 
@@ -238,6 +248,7 @@ def ingest(
     """
     from runner.ids import new_process_id
     from runner.ingest import ingest as run_ingest
+    from runner.progress import for_terminal
     from runner.spark_session import get_spark
 
     project = obj.project()
@@ -245,6 +256,7 @@ def ingest(
     process_id = new_process_id()
     db.start_run(process_id, "ingest", project.target_name)
     outcome = "error"
+    progress = for_terminal()
     try:
         result = run_ingest(
             project,
@@ -254,12 +266,16 @@ def ingest(
             landing=list(landing) or None,
             entity_names=list(entities) or None,
             min_age_seconds=min_age,
+            settle_seconds=settle,
+            progress=progress,
         )
+        progress.close()
         bad = _report_ingest(process_id, result)
         outcome = "failed" if bad else "ok"
         if bad:
             raise SystemExit(ExitCode.FILES_FAILED)
     finally:
+        progress.close()
         db.end_run(process_id, outcome)
         db.dispose()
 
@@ -296,6 +312,7 @@ def run(
     obj: Context,
     landing: tuple[str, ...],
     entities: tuple[str, ...],
+    settle: float,
     min_age: float,
     dbt_args: tuple[str, ...],
 ) -> None:
@@ -305,6 +322,7 @@ def run(
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
     from runner.ids import new_process_id
+    from runner.progress import for_terminal
     from runner.run import run as run_all
     from runner.spark_session import get_spark
 
@@ -313,6 +331,7 @@ def run(
     process_id = new_process_id()
     db.start_run(process_id, "run", project.target_name)
     outcome = "error"
+    progress = for_terminal()
     try:
         result = run_all(
             project,
@@ -322,8 +341,11 @@ def run(
             landing=list(landing) or None,
             entity_names=list(entities) or None,
             min_age_seconds=min_age,
+            settle_seconds=settle,
             dbt_args=list(dbt_args),
+            progress=progress,
         )
+        progress.close()
         _report_ingest(process_id, result.ingest)
         if not result.dbt_ok:
             click.echo(f"error: {result.dbt_error}", err=True)
@@ -343,6 +365,7 @@ def run(
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
     finally:
+        progress.close()
         db.end_run(process_id, outcome)
         db.dispose()
 

@@ -1,12 +1,15 @@
 """Finding an entity's Files under the declared landing roots.
 
 Nothing outside a landing root is ever read: a glob that escapes it, or a symlink pointing out
-of it, is refused. Files still being written are skipped until they are old enough.
+of it, is refused. Files still being written are skipped: until they are old enough
+(``min_age_seconds``), or while their size or mtime changes between two listings
+(``settle()``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,3 +73,25 @@ def discover(
                 mtime=datetime.fromtimestamp(stat.st_mtime, UTC).replace(tzinfo=None),
             )
     return sorted(found.values(), key=lambda f: str(f.path)), notes
+
+
+def settle(
+    files: list[LandedFile], seconds: float, *, sleep: Callable[[float], None] = time.sleep
+) -> tuple[list[LandedFile], list[str]]:
+    """Keep the Files whose size and mtime did not change over ``seconds`` (a second listing)."""
+    if seconds <= 0 or not files:
+        return files, []
+    sleep(seconds)
+    stable, notes = [], []
+    for f in files:
+        try:
+            st = f.path.stat()
+        except FileNotFoundError:
+            notes.append(f"{f.path}: disappeared between two listings; skipped")
+            continue
+        mtime = datetime.fromtimestamp(st.st_mtime, UTC).replace(tzinfo=None)
+        if st.st_size != f.size or mtime != f.mtime:
+            notes.append(f"{f.path}: size or mtime changed within {seconds:g}s; skipped this run")
+            continue
+        stable.append(f)
+    return stable, notes

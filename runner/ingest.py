@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import AuditDB
-from runner.discover import discover
+from runner.discover import LandedFile, discover, settle
 from runner.entities import Entity, load_entities
 from runner.errors import ConfigError
 from runner.hashing import content_hash
+from runner.progress import Progress
 from runner.project import Project
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ def ingest(
     landing: list[str] | None = None,
     entity_names: list[str] | None = None,
     min_age_seconds: float = 0.0,
+    settle_seconds: float = 0.0,
+    progress: Progress | None = None,
 ) -> IngestResult:
     from runner.staging.spark import FileToStage, stage_entity
 
@@ -77,20 +80,33 @@ def ingest(
     chosen: list[Entity] = [entities[n] for n in (entity_names or sorted(entities))]
     roots = landing_roots(project, landing)
     result = IngestResult()
+    progress = progress or Progress()
     from runner.reconcile import reconcile
 
     result.committed = reconcile(project, db, process_id, spark).committed
     for rec in db.reclaim_expired(process_id=process_id):
         result.notes.append(f"{rec.path}: lease expired, back to {rec.state}")
+    found: dict[str, list[LandedFile]] = {}
     for entity in chosen:
         files, notes = discover(entity, roots, min_age_seconds=min_age_seconds)
         result.notes.extend(notes)
+        found[entity.name] = files
+    if settle_seconds > 0:  # one pause for all entities, then a second listing
+        every = [f for files in found.values() for f in files]
+        stable, notes = settle(every, settle_seconds)
+        result.notes.extend(notes)
+        keep = {f.path for f in stable}
+        found = {name: [f for f in files if f.path in keep] for name, files in found.items()}
+    for entity in chosen:
+        files = found[entity.name]
+        progress.start("hash", entity.name, len(files))
         for landed in files:
             path = str(landed.path)
             known = db.find_sighting(
                 entity=entity.name, path=path, size=landed.size, mtime=landed.mtime
             )
             if known is not None:
+                progress.advance("hash", entity.name, bytes=0)
                 continue  # same path, size and mtime: already hashed and registered
             reg = db.register_file(
                 entity=entity.name,
@@ -103,10 +119,12 @@ def ingest(
             if reg.created:
                 result.registered += 1
                 result.duplicates += reg.file.state == "DUPLICATE"
+            progress.advance("hash", entity.name, bytes=landed.size)
         claimed = db.claim_pending(process_id, entity=entity.name)
         if not claimed:
             continue
         log.info("staging %d Files of %s", len(claimed), entity.name)
+        progress.start("stage", entity.name, len(claimed))
         to_stage = [FileToStage(c.id, Path(c.path), c.content_hash) for c in claimed]
         try:
             staged = stage_entity(spark, entity, to_stage, process_id, writer)
@@ -123,4 +141,5 @@ def ingest(
             db.mark_staged(file_id, process_id, process_id)
             result.staged += 1
             result.rows += rows
+        progress.advance("stage", entity.name, files=len(claimed), rows=staged.rows)
     return result

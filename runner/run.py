@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from audit import AuditDB
 from runner.ingest import IngestResult, ingest
+from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import ReconcileResult, reconcile
 
@@ -77,7 +78,9 @@ def run(
     landing: list[str] | None = None,
     entity_names: list[str] | None = None,
     min_age_seconds: float = 0.0,
+    settle_seconds: float = 0.0,
     dbt_args: list[str] | None = None,
+    progress: Progress | None = None,
 ) -> RunResult:
     ingested = ingest(
         project,
@@ -87,6 +90,8 @@ def run(
         landing=landing,
         entity_names=entity_names,
         min_age_seconds=min_age_seconds,
+        settle_seconds=settle_seconds,
+        progress=progress,
     )
     ok, error = dbt_build(project, process_id, dbt_args)
     after = reconcile(project, db, process_id, spark)

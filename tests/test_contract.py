@@ -61,9 +61,12 @@ def test_the_documented_commands_produce_the_expected_table(
     else:
         env["CDC_SCHEMA"] = "contract"
 
+    stderr: list[str] = []
+
     def sh(*args: str, ok: tuple[int, ...] = (0,)) -> str:
         out = subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=600)
         assert out.returncode in ok, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        stderr.append(out.stderr)
         return out.stdout
 
     landing = tmp_path / "landing"
@@ -75,6 +78,10 @@ def test_the_documented_commands_produce_the_expected_table(
     sh("dbt", "deps", "--project-dir", "dbt_project")
     t = ["--target", target]
     sh("runner", *t, "ingest", "--landing", str(landing), ok=(1,))  # 1: a File was quarantined
+    # Not a terminal: progress comes as plain key=value log lines.
+    n = len(files) + 2
+    assert f"progress phase=hash entity=customers files={n}/{n} bytes=" in stderr[-1]
+    assert "progress phase=stage entity=customers files=" in stderr[-1]
     sh("dbt", "build", "--project-dir", "dbt_project", *t)
     sh("runner", *t, "reconcile")
     status = {

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import REPO, make_project
 
-from runner.discover import discover
+from runner.discover import discover, settle
 from runner.entities import load_entities
 from runner.errors import ConfigError
 from runner.hashing import content_hash
@@ -112,6 +112,30 @@ def test_discovery_skips_files_still_being_written(tmp_path: Path) -> None:
     assert files == [] and "minimum age" in notes[0]
     files, _ = discover(entity, [root], min_age_seconds=60, now=fresh.stat().st_mtime + 61)
     assert [f.name for f in files] == ["b.csv"]
+
+
+def test_settle_skips_files_whose_size_or_mtime_changed_between_two_listings(
+    tmp_path: Path,
+) -> None:
+    entity = _entity(tmp_path)
+    root = tmp_path / "landing"
+    (root / "customers").mkdir(parents=True)
+    done = root / "customers" / "done.csv"
+    growing = root / "customers" / "growing.csv"
+    done.write_text("x")
+    growing.write_text("x")
+    files, _ = discover(entity, [root])
+    waited: list[float] = []
+
+    def writer_still_busy(seconds: float) -> None:  # the pause between the two listings
+        waited.append(seconds)
+        with open(growing, "a") as fh:
+            fh.write("more rows")
+
+    stable, notes = settle(files, 2.0, sleep=writer_still_busy)
+    assert waited == [2.0]
+    assert [f.name for f in stable] == ["done.csv"]
+    assert "growing.csv" in notes[0] and "changed" in notes[0]
 
 
 def test_content_hash_is_sha256_of_the_bytes_in_any_chunk_size(tmp_path: Path) -> None:
