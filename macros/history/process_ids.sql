@@ -1,0 +1,50 @@
+{#-
+  Snapshots (SCD Type 2) that carry process ids, after datwiz/dbt-snapshot-metadata and past it:
+  every row carries the process id that inserted it and, once closed, the process id that
+  closed it, with the snapshot times of both; deletion records too. The process id is the
+  runner's (`--vars '{cdc_process_id: ...}'`, set by `runner run`), else dbt's invocation_id.
+
+  dbt's own logic is wrapped, not copied, where dispatch allows: the first-run select
+  (build_snapshot_table) and the staging select (snapshot_staging_table) are dbt's, with four
+  columns added around them. Only the merge is forked (snapshot_merge.sql), to set the closing
+  process id in the same statement that closes the row.
+-#}
+
+{% macro snapshot_process_id() %}
+  {{ return(var('cdc_process_id', invocation_id)) }}
+{% endmacro %}
+
+{#- The four added columns, as select items: inserted now, not closed. -#}
+{% macro snapshot_added_columns() %}
+  {%- set lin = cdc.lineage_columns() -%}
+  '{{ cdc.snapshot_process_id() }}' as {{ lin.snapshot_insert_process_id }},
+  cast(null as {{ dbt.type_string() }}) as {{ lin.snapshot_update_process_id }},
+  {{ snapshot_get_time() }} as {{ lin.snapshot_inserted_at }},
+  cast(null as {{ dbt.type_timestamp() }}) as {{ lin.snapshot_updated_at }}
+{%- endmacro %}
+
+{#- The SET items the merge adds when it closes a row. -#}
+{% macro snapshot_close_set() %}
+  {%- set lin = cdc.lineage_columns() -%}
+  {{ lin.snapshot_update_process_id }} = '{{ cdc.snapshot_process_id() }}',
+  {{ lin.snapshot_updated_at }} = {{ snapshot_get_time() }}
+{%- endmacro %}
+
+{#- dbt 1.11 global_project default__build_snapshot_table, wrapped (spark, databricks,
+    postgres and bigquery all use the default). -#}
+{% macro default__build_snapshot_table(strategy, sql) %}
+  select cdc_snapshot.*,
+    {{ cdc.snapshot_added_columns() }}
+  from (
+    {{ dbt.default__build_snapshot_table(strategy, sql) }}
+  ) as cdc_snapshot
+{% endmacro %}
+
+{#- dbt 1.11 global_project default__snapshot_staging_table, wrapped (all four adapters). -#}
+{% macro default__snapshot_staging_table(strategy, source_sql, target_relation) -%}
+  select cdc_staging.*,
+    {{ cdc.snapshot_added_columns() }}
+  from (
+    {{ dbt.default__snapshot_staging_table(strategy, source_sql, target_relation) }}
+  ) as cdc_staging
+{%- endmacro %}
