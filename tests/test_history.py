@@ -10,7 +10,6 @@ strategy, renamed meta columns and a 9999-12-31 `dbt_valid_to_current`."""
 from __future__ import annotations
 
 import os
-import textwrap
 from pathlib import Path
 
 import pytest
