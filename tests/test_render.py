@@ -343,8 +343,9 @@ SNAPSHOT_SQL = """
 {%- set tgt = api.Relation.create(database=target.database, schema=target.schema,
                                   identifier='items_history') -%}
 {%- set stg = api.Relation.create(identifier='items_history__dbt_tmp') -%}
-create table {{ tgt }} as {{ build_snapshot_table(strategy, 'select id, k2, v, updated_at from src') }};
-create table {{ stg }} as {{ snapshot_staging_table(strategy, 'select id, k2, v, updated_at from src', tgt) }};
+{%- set src = 'select id, k2, v, updated_at from src' -%}
+create table {{ tgt }} as {{ build_snapshot_table(strategy, src) }};
+create table {{ stg }} as {{ snapshot_staging_table(strategy, src, tgt) }};
 {{ snapshot_merge_sql(tgt, stg, ['id', 'k2', 'v']) }}
 """
 
