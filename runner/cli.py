@@ -10,6 +10,8 @@ import enum
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +234,43 @@ def _report_ingest(process_id: str, result: Any) -> int:
     return bad
 
 
+@dataclass
+class RecordedRun:
+    """One command's run, recorded in the Audit DB: its project, Audit DB and process id."""
+
+    project: Any
+    db: Any
+    process_id: str
+    outcome: str = "error"
+
+
+@contextmanager
+def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
+    """Record a run in the Audit DB; end it with the outcome the command set, whatever happens."""
+    from runner.ids import new_process_id
+
+    project = obj.project()
+    db = obj.audit_db(project)
+    run = RecordedRun(project, db, new_process_id())
+    db.start_run(run.process_id, command, project.target_name)
+    try:
+        yield run
+    finally:
+        db.end_run(run.process_id, run.outcome)
+        db.dispose()
+
+
+def _ingest_args(
+    landing: tuple[str, ...], entities: tuple[str, ...], settle: float, min_age: float
+) -> dict[str, Any]:
+    return {
+        "landing": list(landing) or None,
+        "entity_names": list(entities) or None,
+        "min_age_seconds": min_age,
+        "settle_seconds": settle,
+    }
+
+
 @main.command()
 @ingest_options
 @click.pass_obj
@@ -246,62 +285,39 @@ def ingest(
 
     Exits 1 when any File was quarantined or failed.
     """
-    from runner.ids import new_process_id
     from runner.ingest import ingest as run_ingest
     from runner.progress import for_terminal
     from runner.spark_session import get_spark
 
-    project = obj.project()
-    db = obj.audit_db(project)
-    process_id = new_process_id()
-    db.start_run(process_id, "ingest", project.target_name)
-    outcome = "error"
-    progress = for_terminal()
-    try:
+    with recorded_run(obj, "ingest") as run, closing(for_terminal()) as progress:
         result = run_ingest(
-            project,
-            db,
-            process_id,
-            spark=get_spark(project),
-            landing=list(landing) or None,
-            entity_names=list(entities) or None,
-            min_age_seconds=min_age,
-            settle_seconds=settle,
+            run.project,
+            run.db,
+            run.process_id,
+            spark=get_spark(run.project),
             progress=progress,
+            **_ingest_args(landing, entities, settle, min_age),
         )
         progress.close()
-        bad = _report_ingest(process_id, result)
-        outcome = "failed" if bad else "ok"
+        bad = _report_ingest(run.process_id, result)
+        run.outcome = "failed" if bad else "ok"
         if bad:
             raise SystemExit(ExitCode.FILES_FAILED)
-    finally:
-        progress.close()
-        db.end_run(process_id, outcome)
-        db.dispose()
 
 
 @main.command()
 @click.pass_obj
 def reconcile(obj: Context) -> None:
     """Mark STAGED Files COMMITTED where the destination holds their Applied File Marker."""
-    from runner.ids import new_process_id
     from runner.reconcile import reconcile as run_reconcile
 
-    project = obj.project()
-    db = obj.audit_db(project)
-    process_id = new_process_id()
-    db.start_run(process_id, "reconcile", project.target_name)
-    outcome = "error"
-    try:
-        result = run_reconcile(project, db, process_id)
+    with recorded_run(obj, "reconcile") as run:
+        result = run_reconcile(run.project, run.db, run.process_id)
         click.echo(
-            f"process {process_id}: {result.committed} Files committed, "
+            f"process {run.process_id}: {result.committed} Files committed, "
             f"{result.waiting} staged and waiting for `dbt build`"
         )
-        outcome = "ok"
-    finally:
-        db.end_run(process_id, outcome)
-        db.dispose()
+        run.outcome = "ok"
 
 
 @main.command()
@@ -321,53 +337,39 @@ def run(
     Extra arguments after `--` go to `dbt build` (for example `-- --select customers`).
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
-    from runner.ids import new_process_id
     from runner.progress import for_terminal
+    from runner.reconcile import applied_markers, table_rows
     from runner.run import run as run_all
     from runner.spark_session import get_spark
 
-    project = obj.project()
-    db = obj.audit_db(project)
-    process_id = new_process_id()
-    db.start_run(process_id, "run", project.target_name)
-    outcome = "error"
-    progress = for_terminal()
-    try:
+    with recorded_run(obj, "run") as rec, closing(for_terminal()) as progress:
+        spark = get_spark(rec.project)
         result = run_all(
-            project,
-            db,
-            process_id,
-            spark=get_spark(project),
-            landing=list(landing) or None,
-            entity_names=list(entities) or None,
-            min_age_seconds=min_age,
-            settle_seconds=settle,
+            rec.project,
+            rec.db,
+            rec.process_id,
+            spark=spark,
             dbt_args=list(dbt_args),
             progress=progress,
+            **_ingest_args(landing, entities, settle, min_age),
         )
         progress.close()
-        _report_ingest(process_id, result.ingest)
+        _report_ingest(rec.process_id, result.ingest)
         if not result.dbt_ok:
             click.echo(f"error: {result.dbt_error}", err=True)
         click.echo(
-            f"process {process_id}: {result.reconcile.committed} Files committed, "
+            f"process {rec.process_id}: {result.reconcile.committed} Files committed, "
             f"{result.reconcile.waiting} staged and not applied"
         )
-        from runner.reconcile import applied_markers, table_rows
-
-        spark = get_spark(project)
-        targets = sorted({t for ts in applied_markers(project, spark).values() for t in ts})
-        for table, rows in table_rows(project, targets, spark).items():
+        markers = applied_markers(rec.project, spark)
+        targets = sorted({t for ts in markers.values() for t in ts})
+        for table, rows in table_rows(rec.project, targets, spark).items():
             click.echo(f"{table}: {rows} rows")
-        counts = db.counts()
+        counts = rec.db.counts()
         click.echo("Audit DB: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        outcome = "ok" if result.ok else "failed"
+        rec.outcome = "ok" if result.ok else "failed"
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
-    finally:
-        progress.close()
-        db.end_run(process_id, outcome)
-        db.dispose()
 
 
 @main.group()

@@ -253,24 +253,10 @@ def test_without_the_dispatch_entry_dbt_never_calls_the_overrides(
     conf = yaml.safe_load(conf_file.read_text())
     conf.pop("dispatch")
     conf_file.write_text(yaml.safe_dump(conf))
-    from dbt.cli.main import dbtRunner
-
-    res = dbtRunner().invoke(
-        [
-            "compile",
-            "--project-dir",
-            str(root / "dbt_project"),
-            "--profiles-dir",
-            str(root),
-            "--target",
-            target,
-            "--no-populate-cache",
-            "--inline",
-            "{{ adapter.dispatch('get_merge_sql', 'dbt').macro.package_name }}",
-        ]
+    found = _render(
+        root, target, "{{ adapter.dispatch('get_merge_sql', 'dbt').macro.package_name }}"
     )
-    assert res.success, res.exception
-    assert res.result.results[0].node.compiled_code.strip() != "cdc"
+    assert found.strip() != "cdc"
 
 
 DISPATCH = (
