@@ -372,6 +372,49 @@ def run(
             raise SystemExit(ExitCode.FILES_FAILED)
 
 
+@main.command()
+@click.option("--entity", "entity_name", default="customers", show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Folder to write to (default: <first landing root>/<entity>).",
+)
+@click.option("--initial", default=1000, show_default=True, help="Rows of the full load.")
+@click.option("--incremental", default=1000, show_default=True, help="Change rows after it.")
+@click.option("--files", default=10, show_default=True, help="Change Files to spread them over.")
+@click.option("--delete-share", default=0.2, show_default=True)
+@click.option("--update-share", default=0.4, show_default=True, help="The rest are inserts.")
+@click.option("--seed", default=7, show_default=True)
+@click.pass_obj
+def generate(
+    obj: Context,
+    entity_name: str,
+    out: str | None,
+    initial: int,
+    incremental: int,
+    files: int,
+    delete_share: float,
+    update_share: float,
+    seed: int,
+) -> None:
+    """Write deterministic DMS-style CSV Files for a declared entity (tests, demos, benchmarks)."""
+    from pathlib import Path
+
+    from runner.entities import load_entities
+    from runner.generate import GenerateSpec, generate_entity
+
+    project = obj.project()
+    entities = load_entities(project)
+    if entity_name not in entities:
+        raise UsageError(f"unknown entity {entity_name!r}; declared: {sorted(entities)}")
+    if not 0 <= delete_share + update_share <= 1 or files < 1:
+        raise UsageError("shares must add up to at most 1, and --files must be at least 1")
+    folder = Path(out) if out else project.root / project.settings.landing_roots[0] / entity_name
+    spec = GenerateSpec(initial, incremental, files, delete_share, update_share, seed)
+    written = generate_entity(entities[entity_name], folder, spec)
+    click.echo(f"wrote {len(written)} Files ({initial + incremental} rows) to {folder}")
+
+
 @main.group()
 def audit() -> None:
     """Manage the Audit DB."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 HEADER = ["Op", "AR_H_CHANGE_SEQ", "customer_id", "name", "email", "tier", "balance", "updated_at"]
 FIRST = ["Ana", "Björn", "Zoë", "José", "Łukasz", "Siân", "Nguyễn", "O'Brien", "Renée", "Çağla"]
@@ -132,4 +133,123 @@ def generate_customers(
         path = out_dir / f"{at:%Y%m%d-%H%M%S}{at.microsecond // 1000:03d}.csv"
         write_file(path, changes)
         written.append(path)
+    return written
+
+
+# -- any declared entity ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What to write: after the synthetic CDC data generator in the design notes."""
+
+    initial: int = 1000  # rows of the full load (all inserts)
+    incremental: int = 1000  # change rows after it, over `files` Files
+    files: int = 10
+    delete_share: float = 0.2  # of the change rows; deleted keys are later re-inserted too
+    update_share: float = 0.4  # the rest are inserts of new keys
+    seed: int = 7
+
+
+def _value(rng: random.Random, data_type: str, n: int) -> str:
+    t = data_type.lower()
+    if t.startswith("decimal"):
+        scale = int(t.split(",")[1].rstrip(") ")) if "," in t else 0
+        cents = rng.randint(-(10**6), 10**8)
+        return f"{Decimal(cents).scaleb(-scale):f}" if scale else str(cents)
+    if t in ("bigint", "int", "integer", "smallint", "tinyint"):
+        return str(rng.randint(0, 30000))
+    if t in ("double", "float"):
+        return repr(round(rng.uniform(-1e6, 1e6), 4))
+    if t == "boolean":
+        return rng.choice(["true", "false"])
+    if t == "date":
+        return (datetime(2026, 1, 1) + timedelta(days=rng.randint(0, 365))).strftime("%Y-%m-%d")
+    if t.startswith("timestamp"):
+        at = datetime(2026, 1, 1) + timedelta(microseconds=rng.randint(0, 10**13))
+        return at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    word = rng.choice(FIRST) + " " + rng.choice(LAST)
+    return f"{word} {n}" if rng.random() > 0.05 else ""
+
+
+def _key(data_type: str, n: int, i: int) -> str:
+    t = data_type.lower()
+    if t in ("bigint", "int", "integer") or t.startswith("decimal"):
+        return str(n if i == 0 else n % 1000 + i)
+    return f"k{n}-{i}"
+
+
+def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path]:
+    """DMS-style CSV Files for a declared entity: a full load, then change Files.
+
+    Deterministic for a seed. Keys are numbered; a change deletes, updates or inserts a key by
+    the given shares, re-inserting deleted keys now and then; rows inside a File are shuffled.
+    """
+    rng = random.Random(spec.seed)
+    columns = [c.name for c in entity.columns]
+    types = {c.name: c.data_type for c in entity.columns}
+    codes: dict[str, str] = {}
+    for code, op in entity.operations.items():
+        codes.setdefault(op, code)
+    seq_type = types[entity.sequence].lower()
+    counter = 0
+    at = datetime(2026, 3, 1, 8, 0, 0)
+
+    def seq() -> str:
+        nonlocal counter
+        counter += 1
+        return sequence(at, counter) if seq_type == "string" else str(counter)
+
+    def row(op: str, n: int) -> list[str]:
+        values = {}
+        for i, key in enumerate(entity.keys):
+            values[key] = _key(types[key], n, i)
+        for c in columns:
+            if c == entity.operation_column:
+                values[c] = codes[op]
+            elif c == entity.sequence:
+                values[c] = seq()
+            elif c not in values:
+                values[c] = "" if op == "D" else _value(rng, types[c], n)
+        return [values[c] for c in columns]
+
+    def write(path: Path, rows: list[list[str]]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            w = csv.writer(handle, lineterminator="\n")
+            w.writerow(columns)
+            w.writerows(rows)
+        return path
+
+    alive = list(range(1, spec.initial + 1))
+    alive_set = set(alive)
+    deleted: list[int] = []
+    written = [write(out_dir / "LOAD00000001.csv", [row("I", n) for n in alive])]
+    next_key = spec.initial + 1
+    per_file = [
+        spec.incremental // spec.files + (i < spec.incremental % spec.files)
+        for i in range(spec.files)
+    ]
+    for count in per_file:
+        at += timedelta(minutes=5)
+        rows = []
+        for _ in range(count):
+            roll = rng.random()
+            if roll < spec.delete_share and alive:
+                n = alive.pop(rng.randrange(len(alive)))
+                alive_set.discard(n)
+                deleted.append(n)
+                rows.append(row("D", n))
+            elif roll < spec.delete_share + spec.update_share and alive:
+                rows.append(row("U", alive[rng.randrange(len(alive))]))
+            else:
+                if deleted and rng.random() < 0.1:
+                    n = deleted.pop(rng.randrange(len(deleted)))
+                else:
+                    n, next_key = next_key, next_key + 1
+                alive.append(n)
+                alive_set.add(n)
+                rows.append(row("I", n))
+        rng.shuffle(rows)
+        written.append(write(out_dir / f"{at:%Y%m%d-%H%M%S}000.csv", rows))
     return written
