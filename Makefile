@@ -33,8 +33,12 @@ demo: setup
 test: setup
 	$(BIN)/pytest
 
+# Not part of `make test`: ratios against a baseline in one run, written to bench/results/latest.json.
+bench: setup
+	$(BIN)/python bench/run.py --repeat 3
+
 lint: setup
-	$(BIN)/ruff check runner audit tests
+	$(BIN)/ruff check runner audit tests bench
 	$(BIN)/mypy
 
 format:

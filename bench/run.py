@@ -1,0 +1,329 @@
+"""`make bench`: the framework against what a user would otherwise do, as ratios in one run.
+
+Everything runs in this one process with one local SparkSession (the JVM start is paid once,
+by neither side), on data from `runner generate`'s generator, in a scratch project under
+bench/work/. Each figure is the median of --repeat runs. Results: bench/results/latest.json
+and a table on stdout.
+
+    python bench/run.py [--repeat 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "bench" / "work"
+sys.path.insert(0, str(REPO))
+
+from audit import AuditDB  # noqa: E402
+from runner.entities import load_entities  # noqa: E402
+from runner.generate import GenerateSpec, generate_entity  # noqa: E402
+from runner.ids import new_process_id  # noqa: E402
+from runner.ingest import ingest  # noqa: E402
+from runner.project import Project  # noqa: E402
+from runner.run import dbt_build  # noqa: E402
+from runner.spark_session import get_spark, link_iceberg_jar  # noqa: E402
+
+STOCK_MODEL = """
+-- What a user would write with dbt's stock incremental merge: unique_key, the last change per
+-- key of the new rows, no deletes, no tombstones, no markers.
+{%- set ingested = cdc.lineage_columns()['ingested_at'] %}
+{{ config(materialized='incremental', incremental_strategy='merge', unique_key='customer_id') }}
+select customer_id, name, email, tier, balance, updated_at, {{ ingested }}
+from (
+    select s.*, row_number() over (partition by customer_id order by AR_H_CHANGE_SEQ desc) as rn
+    from {{ ref('stg_customers') }} as s
+    {% if is_incremental() %}
+    where {{ ingested }} > (select max({{ ingested }}) from {{ this }})
+    {% endif %}
+) as ranked
+where rn = 1 and Op <> 'D'
+"""
+
+
+def project_root() -> Path:
+    """A scratch copy of the repository's configuration, with its own warehouse."""
+    if WORK.exists():
+        shutil.rmtree(WORK)
+    WORK.mkdir(parents=True)
+    shutil.copy(REPO / "profiles.example.yml", WORK / "profiles.yml")
+    shutil.copy(REPO / "runner.yml", WORK / "runner.yml")
+    shutil.copytree(
+        REPO / "dbt_project",
+        WORK / "dbt_project",
+        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
+    )
+    shutil.copytree(REPO / "macros", WORK / "macros")
+    link_iceberg_jar(WORK)
+    from dbt.cli.main import dbtRunner
+
+    res = dbtRunner().invoke(
+        ["deps", "--project-dir", str(WORK / "dbt_project"), "--profiles-dir", str(WORK), "--quiet"]
+    )
+    assert res.success, res.exception
+    return WORK
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_of(
+    repeat: int, setup: Callable[[int], object], run: Callable[[object], object]
+) -> float:
+    times = []
+    for i in range(repeat):
+        state = setup(i)
+        times.append(timed(lambda s=state: run(s)))
+    return statistics.median(times)
+
+
+class Bench:
+    def __init__(self, repeat: int, quick: bool) -> None:
+        self.repeat = repeat
+        self.quick = quick
+        self.root = project_root()
+        os.environ["CDC_SCHEMA"] = "bench"
+        self.project = Project.load(self.root, target="local")
+        self.spark = get_spark(self.project, app_name="cdc-bench")
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.entity = load_entities(self.project)["customers"]
+        self.data = self.root / "data"
+        self.n = 0
+
+    def files(self, name: str, rows: int, files: int) -> Path:
+        folder = self.data / name / "customers"
+        if not folder.exists():
+            spec = GenerateSpec(
+                initial=max(rows // 10, 1),
+                incremental=rows - max(rows // 10, 1),
+                files=max(files - 1, 1),
+                seed=11,
+            )
+            generate_entity(self.entity, folder, spec)
+        return folder.parent
+
+    def fresh(self, tag: str) -> tuple[Project, AuditDB]:
+        """A new schema and Audit DB, so every repetition starts from nothing."""
+        self.n += 1
+        os.environ["CDC_SCHEMA"] = f"bench_{tag}_{self.n}"
+        project = Project.load(self.root, target="local")
+        db = AuditDB(f"sqlite:///{self.root / f'audit_{self.n}.db'}")
+        db.upgrade()
+        return project, db
+
+    def ingest(self, project: Project, db: AuditDB, landing: Path) -> int:
+        pid = new_process_id()
+        db.start_run(pid, "ingest", "local")
+        result = ingest(project, db, pid, spark=self.spark, landing=[str(landing)])
+        assert result.quarantined == 0 and result.failed == 0
+        return result.rows
+
+    # 1. end to end against a plain Spark job that writes the Files once
+    def end_to_end(self, rows: int) -> dict:
+        landing = self.files(f"e2e_{rows}", rows, 20)
+
+        def ours(_: int) -> tuple[Project, AuditDB]:
+            return self.fresh("e2e")
+
+        def run_ours(state) -> None:  # type: ignore[no-untyped-def]
+            project, db = state
+            self.ingest(project, db, landing)
+            ok, err = dbt_build(project, new_process_id(), ["--select", "+customers", "--quiet"])
+            assert ok, err
+
+        def run_floor(schema) -> None:  # type: ignore[no-untyped-def]
+            from pyspark.sql import types as T
+
+            cols = [T.StructField(c.name, T.StringType()) for c in self.entity.columns]
+            df = (
+                self.spark.read.schema(T.StructType(cols))
+                .option("header", True)
+                .option("multiLine", True)
+                .option("escape", '"')
+                .csv(str(landing / "customers"))
+            )
+            self.spark.sql(f"create database if not exists {schema}")
+            df.writeTo(f"{schema}.floor").using("iceberg").createOrReplace()
+
+        t_ours = median_of(self.repeat, ours, run_ours)
+        t_floor = median_of(self.repeat, lambda i: f"bench_floor_{i}", run_floor)
+        return {
+            "rows": rows,
+            "runner_run_s": t_ours,
+            "plain_spark_s": t_floor,
+            "rows_per_s": rows / t_ours,
+            "ratio": t_ours / t_floor,
+            "target": 2.5,
+        }
+
+    # 2. the apply against dbt's stock incremental merge, on the same staged changes
+    def apply_vs_stock(self, rows: int) -> dict:
+        every = self.files(f"apply_{rows}", rows, 10) / "customers"
+        load, changes = self.data / "apply_load", self.data / "apply_changes"
+        for folder, keep in ((load, True), (changes, False)):
+            if not folder.exists():
+                (folder / "customers").mkdir(parents=True)
+                for f in every.iterdir():
+                    if (f.name == "LOAD00000001.csv") == keep:
+                        shutil.copy(f, folder / "customers" / f.name)
+        model = self.root / "dbt_project" / "models" / "customers_stock.sql"
+        model.write_text(STOCK_MODEL)
+        build = ["--exclude", "resource_type:test", "--quiet"]
+
+        def setup(_: int) -> Project:
+            """Both tables hold the full load; the change Files are staged, not applied."""
+            project, db = self.fresh("apply")
+            self.ingest(project, db, load)
+            ok, err = dbt_build(
+                project, "bench", ["--select", "+customers +customers_stock", *build]
+            )
+            assert ok, err
+            self.ingest(project, db, changes)
+            return project
+
+        def ours(project) -> None:  # type: ignore[no-untyped-def]
+            ok, err = dbt_build(project, "bench", ["--select", "+customers", *build])
+            assert ok, err
+
+        def stock(project) -> None:  # type: ignore[no-untyped-def]
+            ok, err = dbt_build(project, "bench", ["--select", "+customers_stock", *build])
+            assert ok, err
+
+        t_ours = median_of(self.repeat, setup, ours)
+        t_stock = median_of(self.repeat, setup, stock)
+        model.unlink()
+        return {
+            "rows": rows,
+            "cdc_apply_s": t_ours,
+            "stock_merge_s": t_stock,
+            "ratio": t_ours / t_stock,
+            "target": 1.3,
+            "note": "incremental build of the change Files after the full load, both models",
+        }
+
+    # 3. many small Files against one big File: staging time
+    def many_small_files(self) -> dict:
+        small_n, big_rows = (200, 20_000) if self.quick else (1000, 100_000)
+        small = self.data / "small" / "customers"
+        big = self.data / "big" / "customers"
+        if not small.exists():
+            generate_entity(
+                self.entity,
+                small,
+                GenerateSpec(
+                    initial=big_rows // small_n,
+                    incremental=big_rows - big_rows // small_n,
+                    files=small_n - 1,
+                    seed=5,
+                ),
+            )
+        if not big.exists():
+            generate_entity(
+                self.entity, big, GenerateSpec(initial=big_rows, incremental=0, files=1, seed=5)
+            )
+            for extra in big.iterdir():
+                if extra.name != "LOAD00000001.csv":
+                    extra.unlink()
+
+        def setup(_: int) -> tuple[Project, AuditDB]:
+            return self.fresh("files")
+
+        t_small = median_of(self.repeat, setup, lambda s: self.ingest(*s, small.parent))
+        t_big = median_of(self.repeat, setup, lambda s: self.ingest(*s, big.parent))
+        return {
+            "small_files": small_n,
+            "rows": big_rows,
+            "small_s": t_small,
+            "one_file_s": t_big,
+            "ratio": t_small / t_big,
+            "target": 3.0,
+        }
+
+    # 4. growth: time per row
+    def growth(self) -> dict:
+        sizes = [20_000, 100_000] if self.quick else [100_000, 1_000_000, 5_000_000]
+        out = {}
+        for rows in sizes:
+            landing = self.files(f"growth_{rows}", rows, 20)
+            reps = self.repeat if rows <= 1_000_000 else 1
+
+            def run(state, landing: Path = landing) -> None:  # type: ignore[no-untyped-def]
+                project, db = state
+                self.ingest(project, db, landing)
+                ok, err = dbt_build(
+                    project,
+                    "bench",
+                    ["--select", "+customers", "--exclude", "resource_type:test", "--quiet"],
+                )
+                assert ok, err
+
+            t = median_of(reps, lambda i: self.fresh("growth"), run)
+            out[str(rows)] = {"seconds": t, "us_per_row": t / rows * 1e6, "repeats": reps}
+        first, last = out[str(sizes[-2])], out[str(sizes[-1])]
+        out["ratio_last_to_previous"] = last["us_per_row"] / first["us_per_row"]
+        out["target"] = 1.5
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="Small sizes, to try the harness.")
+    args = parser.parse_args()
+    bench = Bench(args.repeat, args.quick)
+    rows = 50_000 if args.quick else 300_000
+    results: dict = {"repeat": args.repeat, "quick": args.quick, "cpus": os.cpu_count()}
+    started = time.perf_counter()
+    for name, fn in (
+        ("end_to_end", lambda: bench.end_to_end(rows)),
+        ("apply_vs_stock_merge_spark", lambda: bench.apply_vs_stock(rows)),
+        ("many_small_files", bench.many_small_files),
+        ("growth", bench.growth),
+    ):
+        t0 = time.perf_counter()
+        results[name] = fn()
+        print(f"{name}: {json.dumps(results[name])} ({time.perf_counter() - t0:.0f}s)", flush=True)
+    import subprocess
+
+    mem = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "hash_memory.py"),
+            "--size-mib",
+            "256" if args.quick else "1024",
+            "--repeat",
+            str(args.repeat),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results["hash_memory"] = json.loads(mem.stdout)
+    results["total_s"] = time.perf_counter() - started
+    out = REPO / "bench" / "results" / "latest.json"
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten {out}")
+    print(f"{'benchmark':32} {'ratio':>8} {'target':>8}")
+    for name in ("end_to_end", "apply_vs_stock_merge_spark", "many_small_files"):
+        print(f"{name:32} {results[name]['ratio']:8.2f} {results[name]['target']:8.2f}")
+    g = results["growth"]
+    print(
+        f"{'growth (per row, last/prev)':32} {g['ratio_last_to_previous']:8.2f} {g['target']:8.2f}"
+    )
+    print(f"{'hashing RSS cost (MiB)':32} {results['hash_memory']['hashing_cost_mib']:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
