@@ -137,10 +137,14 @@ class Bench:
         def ours(_: int) -> tuple[Project, AuditDB]:
             return self.fresh("e2e")
 
+        parts: dict[str, list[float]] = {"ingest_s": [], "dbt_build_s": []}
+
         def run_ours(state) -> None:  # type: ignore[no-untyped-def]
             project, db = state
-            self.ingest(project, db, landing)
+            parts["ingest_s"].append(timed(lambda: self.ingest(project, db, landing)))
+            start = time.perf_counter()
             ok, err = dbt_build(project, new_process_id(), ["--select", "+customers", "--quiet"])
+            parts["dbt_build_s"].append(time.perf_counter() - start)
             assert ok, err
 
         def run_floor(schema) -> None:  # type: ignore[no-untyped-def]
