@@ -119,3 +119,28 @@ def drop_database(spark, name: str) -> None:
     for row in spark.sql(f"show tables in {name}").collect():
         spark.sql(f"drop table if exists {name}.{row['tableName']} purge")
     spark.sql(f"drop database {name}")
+
+
+def query(target: str, spark, project, sql: str) -> list[dict]:  # noqa: ANN001
+    """Run SQL on the destination under test (local Spark or PostgreSQL); rows as dicts with
+    lowercase column names."""
+    if target == "local":
+        return [{k.lower(): v for k, v in r.asDict().items()} for r in spark.sql(sql).collect()]
+    from runner.staging.postgres import connect
+
+    conn = connect(project.target)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql)
+            if cur.description is None:
+                return []
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def read_table(target: str, spark, project, schema: str, table: str) -> list[dict]:  # noqa: ANN001
+    """Every row of schema.table on the destination under test."""
+    q = "`" if target == "local" else '"'
+    return query(target, spark, project, f"select * from {q}{schema}{q}.{q}{table}{q}")

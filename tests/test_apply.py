@@ -13,7 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import drop_database
+from conftest import drop_database, read_table
 
 from audit import AuditDB
 from runner.ids import new_process_id
@@ -124,22 +124,6 @@ def oracle(files: list[Path]) -> dict[int, tuple]:
     return out
 
 
-def read_table(target: str, spark, project: Project, table: str) -> list[dict]:
-    schema = project.target["schema"]
-    if target == "local":
-        return [r.asDict() for r in spark.sql(f"select * from `{schema}`.`{table}`").collect()]
-    from runner.staging.postgres import connect
-
-    conn = connect(project.target)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'select * from "{schema}"."{table}"')
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
-
 def current(rows: list[dict]) -> dict[int, tuple]:
     lin = lineage_columns()
     return {
@@ -196,6 +180,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     spark, spark_project: Path, dbt_deps: Path, tmp_path: Path, target: str
 ) -> None:
     project = Project.load(spark_project, target=target)
+    schema = project.target["schema"]
     if target == "local":
         drop_database(spark, project.target["schema"])
     db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
@@ -213,7 +198,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     good: list[Path] = [write(folder / n, rows) for n, rows in ROUND_1.items()]
     run_ingest()
     assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, "customers")
+    rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
 
     good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
@@ -224,14 +209,14 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     states = {Path(f.path).name: f.state for f in db.files()}
     assert states["copy-of-080500.csv"] == "DUPLICATE" and states[bad.name] == "QUARANTINED"
     assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, "customers")
+    rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
     assert 10 not in current(rows)  # nothing of the quarantined File was applied
 
     good += [write(folder / n, rows) for n, rows in LATE.items()]
     run_ingest()
     assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, "customers")
+    rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
     for r in rows:
         for key, name in lin.items():
@@ -241,24 +226,26 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
 
     # Nothing new: a second build changes nothing, not even the lineage of a row.
     assert dbt_build(dbt_deps, target).success
-    assert sorted(read_table(target, spark, project, "customers"), key=str) == sorted(rows, key=str)
+    assert sorted(read_table(target, spark, project, schema, "customers"), key=str) == sorted(
+        rows, key=str
+    )
 
     # A run that fails after the MERGE and before the markers, then a normal run.
     good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
     run_ingest()
     failed = dbt_build(dbt_deps, target, "--vars", "{cdc_fail_before_markers: true}")
     assert not failed.success
-    markers = read_table(target, spark, project, markers_table)
+    markers = read_table(target, spark, project, schema, markers_table)
     assert "20260301-082000000.csv" not in {m["file_name"] for m in markers}
-    after_crash = current(read_table(target, spark, project, "customers"))
+    after_crash = current(read_table(target, spark, project, schema, "customers"))
     if target == "postgres":  # one transaction: nothing of the failed run is visible
         assert after_crash == current(rows)
     else:  # ordered statements: the MERGE happened, the markers did not
         assert after_crash == oracle(good)
     assert dbt_build(dbt_deps, target).success
-    final = read_table(target, spark, project, "customers")
+    final = read_table(target, spark, project, schema, "customers")
     assert current(final) == oracle(good)
-    markers = read_table(target, spark, project, markers_table)
+    markers = read_table(target, spark, project, schema, markers_table)
     names = sorted(m["file_name"] for m in markers)
     staged = sorted(p.name for p in good)
     assert names == staged  # exactly one marker per applied File, the header-only one too

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import drop_database
+from conftest import drop_database, query
 
 from runner.lineage import lineage_columns
 from runner.project import Project
@@ -125,29 +125,6 @@ def _project(
     return proj
 
 
-class Dest:
-    """Run SQL on the destination under test."""
-
-    def __init__(self, target: str, spark, project: Project) -> None:
-        self.target, self.spark, self.project = target, spark, project
-
-    def run(self, sql: str) -> list[dict]:
-        if self.target == "local":
-            return [r.asDict() for r in self.spark.sql(sql).collect()]
-        from runner.staging.postgres import connect
-
-        conn = connect(self.project.target)
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute(sql)
-                if cur.description is None:
-                    return []
-                names = [d[0] for d in cur.description]
-                return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-        finally:
-            conn.close()
-
-
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else "hist_test"
@@ -170,7 +147,10 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
     base = os.environ["CDC_SCHEMA"]
     schemas = {"src": base, "cdc": f"{base}_c", "plain": f"{base}_p"}
     project = Project.load(spark_project, target=target)
-    dest = Dest(target, spark, project)
+
+    def run_sql(sql: str) -> list[dict]:
+        return query(target, spark, project, sql)
+
     if target == "local":
         for s in schemas.values():
             drop_database(spark, s)
@@ -178,7 +158,7 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
     else:
         import sqlalchemy as sa
 
-        dest.run(f'create schema "{base}"')
+        run_sql(f'create schema "{base}"')
 
         def drop() -> None:
             engine = sa.create_engine(request.getfixturevalue("pg_url"))
@@ -190,7 +170,7 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
         request.addfinalizer(drop)
     src = f"{base}.items"
     using = " using iceberg" if target == "local" else ""
-    dest.run(
+    run_sql(
         f"create table {src} (id int, k2 varchar(10), v varchar(20), updated_at timestamp){using}"
     )
 
@@ -207,7 +187,7 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
     assert deps.success, deps.exception
     for n, step in enumerate(STEPS, start=1):
         for sql in step:
-            dest.run(sql.format(src=src))
+            run_sql(sql.format(src=src))
         for kind, proj in projects.items():
             monkeypatch.setenv("CDC_SCHEMA", schemas[kind])
             res = dbtRunner().invoke(
@@ -237,7 +217,7 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
         "dbt_is_deleted": "dbt_is_deleted",
         **config.get("snapshot_meta_column_names", {}),
     }
-    cdc_rows = dest.run(f"select * from {schemas['cdc']}.items_history")
+    cdc_rows = run_sql(f"select * from {schemas['cdc']}.items_history")
     current = "9999-12-31" if "dbt_valid_to_current" in config else None
 
     def is_open(r: dict) -> bool:
@@ -257,7 +237,7 @@ def test_history_rows_carry_the_process_ids_and_match_a_plain_snapshot(
         )
 
     if "plain" in projects:
-        plain_rows = dest.run(f"select * from {schemas['plain']}.items_history")
+        plain_rows = run_sql(f"select * from {schemas['plain']}.items_history")
         # Same columns as dbt's own snapshot, plus exactly the four added ones.
         assert sorted(cdc_rows[0]) == sorted([*plain_rows[0], *added])
         # Same history as dbt's own: the versions, and which are open.

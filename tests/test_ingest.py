@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import read_table
 
 from audit import AuditDB
 from runner.entities import load_entities
@@ -85,25 +86,6 @@ def oracle(path: Path) -> list[tuple]:
     return out
 
 
-def staged_rows(target: str, spark, project: Project, schema: str, table: str) -> list[dict]:
-    """Every row of a staging relation, with lowercase column names."""
-    if target == "local":
-        return [
-            {k.lower(): v for k, v in r.asDict().items()}
-            for r in spark.sql(f"select * from `{schema}`.`{table}`").collect()
-        ]
-    from runner.staging.postgres import connect
-
-    conn = connect(project.target)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'select * from "{schema}"."{table}"')
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    finally:
-        conn.close()
-
-
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "postgres":
@@ -145,7 +127,7 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     assert (result.quarantined, result.staged) == (len(BAD), len(good) + 1)
 
     lin = lineage_columns()
-    rows = staged_rows(target, spark, project, entity.staging_schema, entity.staging_table)
+    rows = read_table(target, spark, project, entity.staging_schema, entity.staging_table)
     actual = sorted(
         (
             r[lin["file_name"]],
@@ -171,7 +153,7 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
         assert r[lin["ingested_at"]] is not None
     # The staged-files manifest lists exactly the staged Files, with their row counts.
     manifest_table = state_tables()["staged_files"]["identifier"]
-    manifest = staged_rows(target, spark, project, entity.staging_schema, manifest_table)
+    manifest = read_table(target, spark, project, entity.staging_schema, manifest_table)
     per_file = {p.name: len(oracle(p)) for p in good}
     per_file["header_only.csv"] = 0
     assert {(m["file_name"], m["staged_rows"], m["process_id"]) for m in manifest} == {
@@ -184,7 +166,7 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     again = ingest(project, db, pid2, spark=spark, landing=[str(landing)])
     assert (again.registered, again.staged, again.rows) == (0, 0, 0)
     assert len(
-        staged_rows(target, spark, project, entity.staging_schema, entity.staging_table)
+        read_table(target, spark, project, entity.staging_schema, entity.staging_table)
     ) == len(rows)
     assert {p: p.read_bytes() for p in (landing / "customers").iterdir()} == before
     db.dispose()

@@ -10,15 +10,13 @@ and data files per write (measured: minutes, and a Hadoop chmod per folder).
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from runner.entities import Entity
 from runner.lineage import lineage_columns, state_tables
-from runner.staging.spark import FileToStage, StagingWriter
+from runner.staging.spark import StagedBatch, StagingWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -32,36 +30,21 @@ class IcebergWriter(StagingWriter):
     def __init__(self, table_format: str = "iceberg") -> None:
         self.table_format = table_format
 
-    def write(
-        self,
-        spark: SparkSession,
-        entity: Entity,
-        out: DataFrame,
-        files: list[FileToStage],
-        counts: dict[str, int],
-        process_id: str,
-        staged_at: datetime,
-    ) -> None:
+    def write(self, spark: SparkSession, batch: StagedBatch) -> None:
+        entity, out = batch.entity, batch.rows
         lineage = lineage_columns()
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{entity.staging_schema}`")
         table = quote(entity.staging_schema, entity.staging_table)
         if not spark.catalog.tableExists(f"{entity.staging_schema}.{entity.staging_table}"):
             out.limit(0).writeTo(table).using(self.table_format).create()
-        hashes = ", ".join(f"'{f.content_hash}'" for f in files if _HEX.match(f.content_hash))
+        hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
         if hashes:
             spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
         out.writeTo(table).append()
-        self._manifest(spark, entity, files, counts, process_id, staged_at)
+        self._manifest(spark, batch)
 
-    def _manifest(
-        self,
-        spark: SparkSession,
-        entity: Entity,
-        files: list[FileToStage],
-        counts: dict[str, int],
-        process_id: str,
-        staged_at: datetime,
-    ) -> None:
+    def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
+        entity = batch.entity
         spec = state_tables()["staged_files"]
         cols = spec["columns"]
         table = quote(entity.staging_schema, spec["identifier"])
@@ -70,11 +53,11 @@ class IcebergWriter(StagingWriter):
                 entity.name,
                 f.content_hash,
                 f.path.name,
-                process_id,
-                counts.get(f.content_hash, 0),
-                staged_at,
+                batch.process_id,
+                batch.counts.get(f.content_hash, 0),
+                batch.staged_at,
             )
-            for f in files
+            for f in batch.files
         ]
         types = ["string", "string", "string", "string", "bigint", "timestamp"]
         new = spark.createDataFrame(

@@ -11,17 +11,15 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.entities import Entity
 from runner.errors import ConfigError
 from runner.lineage import lineage_columns, staged_columns, state_tables
-from runner.staging.spark import FileToStage, StagingWriter
+from runner.staging.spark import StagedBatch, StagingWriter
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 SIMPLE_TYPES = {
     "string": "text",
@@ -76,16 +74,8 @@ class PostgresWriter(StagingWriter):
         self.target = target
         self.scratch_dir = scratch_dir
 
-    def write(
-        self,
-        spark: SparkSession,
-        entity: Entity,
-        out: DataFrame,
-        files: list[FileToStage],
-        counts: dict[str, int],
-        process_id: str,
-        staged_at: datetime,
-    ) -> None:
+    def write(self, spark: SparkSession, batch: StagedBatch) -> None:
+        entity = batch.entity
         lineage = lineage_columns()
         columns = [c.name for c in entity.columns] + staged_columns()
         types = {c.name: pg_type(c.data_type) for c in entity.columns}
@@ -104,7 +94,7 @@ class PostgresWriter(StagingWriter):
         scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=self.scratch_dir))
         try:
             (
-                out.select(*columns)
+                batch.rows.select(*columns)
                 .write.mode("overwrite")
                 .option("header", False)
                 .option("quote", '"')
@@ -116,21 +106,14 @@ class PostgresWriter(StagingWriter):
                 .csv(str(scratch / "rows"))
             )
             parts = sorted((scratch / "rows").glob("part-*.csv"))
-            self._load(entity, columns, types, parts, files, counts, process_id, staged_at)
+            self._load(batch, columns, types, parts)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _load(
-        self,
-        entity: Entity,
-        columns: list[str],
-        types: dict[str, str],
-        parts: list[Path],
-        files: list[FileToStage],
-        counts: dict[str, int],
-        process_id: str,
-        staged_at: datetime,
+        self, batch: StagedBatch, columns: list[str], types: dict[str, str], parts: list[Path]
     ) -> None:
+        entity, files, counts = batch.entity, batch.files, batch.counts
         lineage = lineage_columns()
         schema, table = entity.staging_schema, entity.staging_table
         spec = state_tables()["staged_files"]
@@ -186,9 +169,9 @@ class PostgresWriter(StagingWriter):
                             entity.name,
                             f.content_hash,
                             f.path.name,
-                            process_id,
+                            batch.process_id,
                             counts.get(f.content_hash, 0),
-                            staged_at,
+                            batch.staged_at,
                         )
                         for f in files
                     ],

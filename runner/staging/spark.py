@@ -34,19 +34,22 @@ class FileToStage:
     content_hash: str
 
 
-class StagingWriter:
-    """Writes an entity's validated rows to the destination, replacing those Files' rows."""
+@dataclass(frozen=True)
+class StagedBatch:
+    """An entity's validated rows of ``files``, ready to be written to the destination."""
 
-    def write(
-        self,
-        spark: SparkSession,
-        entity: Entity,
-        out: DataFrame,
-        files: list[FileToStage],
-        counts: dict[str, int],
-        process_id: str,
-        staged_at: datetime,
-    ) -> None:  # pragma: no cover - interface
+    entity: Entity
+    rows: DataFrame
+    files: list[FileToStage]
+    counts: dict[str, int]  # content hash -> rows
+    process_id: str
+    staged_at: datetime
+
+
+class StagingWriter:
+    """Writes a batch to the destination, replacing those Files' earlier rows."""
+
+    def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -264,7 +267,7 @@ def _stage_group(
             r[lineage["file_hash"]]: r["n"]
             for r in out.groupBy(lineage["file_hash"]).agg(F.count("*").alias("n")).collect()
         }
-        writer.write(spark, entity, out, good, counts, process_id, ingested_at)
+        writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at))
         for f in good:
             result.staged[f.file_id] = counts.get(f.content_hash, 0)
     finally:
