@@ -170,6 +170,7 @@ class Bench:
             "rows_per_s": rows / t_ours,
             "ratio": t_ours / t_floor,
             "target": 2.5,
+            **{k: statistics.median(v) for k, v in parts.items()},
         }
 
     # 2. the apply against dbt's stock incremental merge, on the same staged changes
@@ -215,6 +216,79 @@ class Bench:
             "ratio": t_ours / t_stock,
             "target": 1.3,
             "note": "incremental build of the change Files after the full load, both models",
+        }
+
+    # 2b. on PostgreSQL: the apply against a hand-written INSERT ... ON CONFLICT plus DELETE
+    def apply_vs_handwritten_postgres(self, rows: int) -> dict:
+        from runner.staging.postgres import connect
+
+        self.files(f"apply_{rows}", rows, 10)  # the same Files as on Spark
+        load, changes = self.data / "apply_load", self.data / "apply_changes"
+        build = ["--select", "+customers", "--exclude", "resource_type:test", "--quiet"]
+        business = [c.name.lower() for c in self.entity.columns]
+        out_cols = ["customer_id", "name", "email", "tier", "balance", "updated_at"]
+
+        def setup(_: int) -> tuple[Project, list[str]]:
+            """customers and customers_hand hold the full load; the changes are staged."""
+            self.n += 1
+            os.environ["CDC_SCHEMA"] = f"bench_pg_{os.getpid()}_{self.n}"
+            project = Project.load(self.root, target="postgres")
+            db = AuditDB(f"sqlite:///{self.root / f'audit_{self.n}.db'}")
+            db.upgrade()
+            self.ingest(project, db, load)
+            ok, err = dbt_build(project, "bench", build)
+            assert ok, err
+            schema = project.target["schema"]
+            conn = connect(project.target)
+            with conn, conn.cursor() as cur:
+                cur.execute(
+                    f'create table "{schema}".customers_hand as '
+                    f'select {", ".join(out_cols)} from "{schema}".customers'
+                )
+                cur.execute(f'alter table "{schema}".customers_hand add primary key (customer_id)')
+                cur.execute(f'select file_hash from "{schema}".cdc_staged_files')
+                loaded = [r[0] for r in cur.fetchall()]
+            conn.close()
+            self.ingest(project, db, changes)
+            return project, loaded
+
+        def ours(state) -> None:  # type: ignore[no-untyped-def]
+            project, _ = state
+            ok, err = dbt_build(project, "bench", build)
+            assert ok, err
+
+        def hand(state) -> None:  # type: ignore[no-untyped-def]
+            project, loaded = state
+            schema = project.target["schema"]
+            staged = f'"{schema}".customers__staged'
+            last = (
+                f"select distinct on (customer_id) {', '.join(business)} from {staged} "
+                f"where _cdc_file_hash <> all(%s) order by customer_id, ar_h_change_seq desc"
+            )
+            sets = ", ".join(f"{c} = excluded.{c}" for c in out_cols[1:])
+            conn = connect(project.target)
+            with conn, conn.cursor() as cur:
+                cur.execute(f"create temp table last_change on commit drop as {last}", (loaded,))
+                cur.execute(
+                    f'insert into "{schema}".customers_hand ({", ".join(out_cols)}) '
+                    f"select {', '.join(out_cols)} from last_change where op <> 'D' "
+                    f"on conflict (customer_id) do update set {sets}"
+                )
+                cur.execute(
+                    f'delete from "{schema}".customers_hand h using last_change d '
+                    "where d.op = 'D' and h.customer_id = d.customer_id"
+                )
+            conn.close()
+
+        t_ours = median_of(self.repeat, setup, ours)
+        t_hand = median_of(self.repeat, setup, hand)
+        return {
+            "rows": rows,
+            "cdc_apply_s": t_ours,
+            "handwritten_s": t_hand,
+            "ratio": t_ours / t_hand,
+            "target": 1.3,
+            "note": "incremental apply of the change Files after the full load",
         }
 
     # 3. many small Files against one big File: staging time
@@ -293,6 +367,7 @@ def main() -> None:
     for name, fn in (
         ("end_to_end", lambda: bench.end_to_end(rows)),
         ("apply_vs_stock_merge_spark", lambda: bench.apply_vs_stock(rows)),
+        ("apply_vs_handwritten_postgres", lambda: bench.apply_vs_handwritten_postgres(rows)),
         ("many_small_files", bench.many_small_files),
         ("growth", bench.growth),
     ):
@@ -320,7 +395,12 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten {out}")
     print(f"{'benchmark':32} {'ratio':>8} {'target':>8}")
-    for name in ("end_to_end", "apply_vs_stock_merge_spark", "many_small_files"):
+    for name in (
+        "end_to_end",
+        "apply_vs_stock_merge_spark",
+        "apply_vs_handwritten_postgres",
+        "many_small_files",
+    ):
         print(f"{name:32} {results[name]['ratio']:8.2f} {results[name]['target']:8.2f}")
     g = results["growth"]
     print(

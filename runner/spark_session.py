@@ -28,6 +28,7 @@ LINKED_JAR_DIR = "jars"
 
 DEFAULT_STAGING_CONF: dict[str, str] = {
     "spark.master": "local[2]",
+    "spark.driver.memory": os.environ.get("CDC_SPARK_MEMORY", "4g"),
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
