@@ -390,6 +390,20 @@ def main() -> None:
         check=True,
     )
     results["hash_memory"] = json.loads(mem.stdout)
+    stage = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "stage_memory.py"),
+            "--root",
+            str(bench.root),
+            "--size-mib",
+            "128" if args.quick else "1024",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results["ingest_memory"] = json.loads(stage.stdout)
     results["total_s"] = time.perf_counter() - started
     out = REPO / "bench" / "results" / "latest.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -407,6 +421,9 @@ def main() -> None:
         f"{'growth (per row, last/prev)':32} {g['ratio_last_to_previous']:8.2f} {g['target']:8.2f}"
     )
     print(f"{'hashing RSS cost (MiB)':32} {results['hash_memory']['hashing_cost_mib']:8.1f}")
+    peaks = results["ingest_memory"]["peak_rss_mib"]
+    print(f"{'ingest 1 GiB, runner RSS (MiB)':32} {peaks['runner_python']:8.1f} {500:8.0f}")
+    print(f"{'ingest 1 GiB, Spark JVM RSS (MiB)':32} {peaks['spark_jvm']:8.1f}")
 
 
 if __name__ == "__main__":
