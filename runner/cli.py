@@ -385,6 +385,19 @@ def run(
 @click.option("--delete-share", default=0.2, show_default=True)
 @click.option("--update-share", default=0.4, show_default=True, help="The rest are inserts.")
 @click.option("--seed", default=7, show_default=True)
+@click.option(
+    "--key-columns",
+    type=int,
+    help="A synthetic entity with this many bigint key columns (not a declared one); "
+    "its declaration is printed so it can be added to the dbt project.",
+)
+@click.option(
+    "--value-columns",
+    type=int,
+    default=6,
+    show_default=True,
+    help="Non-key columns of the synthetic entity.",
+)
 @click.pass_obj
 def generate(
     obj: Context,
@@ -396,15 +409,32 @@ def generate(
     delete_share: float,
     update_share: float,
     seed: int,
+    key_columns: int | None,
+    value_columns: int,
 ) -> None:
-    """Write deterministic DMS-style CSV Files for a declared entity (tests, demos, benchmarks)."""
+    """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks)."""
     from pathlib import Path
 
+    import yaml
+
     from runner.entities import load_entities
-    from runner.generate import GenerateSpec, generate_entity
+    from runner.generate import (
+        GenerateSpec,
+        generate_entity,
+        synthetic_declaration,
+        synthetic_entity,
+    )
 
     project = obj.project()
-    entities = load_entities(project)
+    if key_columns is not None:
+        if key_columns < 1 or value_columns < 0:
+            raise UsageError("--key-columns must be at least 1 and --value-columns at least 0")
+        entities = {entity_name: synthetic_entity(entity_name, key_columns, value_columns)}
+        declaration = synthetic_declaration(entity_name, key_columns, value_columns)
+        click.echo("# declare it under a source's tables: in dbt_project/models/staging/*.yml")
+        click.echo(yaml.safe_dump([declaration], sort_keys=False))
+    else:
+        entities = load_entities(project)
     if entity_name not in entities:
         raise UsageError(f"unknown entity {entity_name!r}; declared: {sorted(entities)}")
     if not 0 <= delete_share + update_share <= 1 or files < 1:

@@ -253,3 +253,59 @@ def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path
         rng.shuffle(rows)
         written.append(write(out_dir / f"{at:%Y%m%d-%H%M%S}000.csv", rows))
     return written
+
+
+VALUE_TYPES = ("string", "decimal(12,2)", "timestamp", "bigint", "string", "double")
+
+
+def synthetic_declaration(name: str, key_columns: int, value_columns: int) -> dict[str, Any]:
+    """A source-table declaration (the YAML of dbt_project/models/staging) for an entity of
+    ``key_columns`` bigint keys and ``value_columns`` non-key columns of mixed types."""
+    keys = [f"k{i + 1}" for i in range(key_columns)]
+    columns = [
+        {"name": "Op", "data_type": "string"},
+        {"name": "AR_H_CHANGE_SEQ", "data_type": "string"},
+    ]
+    columns += [{"name": k, "data_type": "bigint"} for k in keys]
+    columns += [
+        {"name": f"c{i + 1}", "data_type": VALUE_TYPES[i % len(VALUE_TYPES)]}
+        for i in range(value_columns)
+    ]
+    return {
+        "name": name,
+        "identifier": f"{name}__staged",
+        "meta": {
+            "cdc": {
+                "mode": "cdc",
+                "landing": f"{name}/*.csv",
+                "format": "csv",
+                "keys": keys,
+                "sequence": "AR_H_CHANGE_SEQ",
+                "operation": {"column": "Op", "preset": "dms"},
+            }
+        },
+        "columns": columns,
+    }
+
+
+def synthetic_entity(name: str, key_columns: int, value_columns: int) -> Any:
+    """The Entity of ``synthetic_declaration``, to generate Files before it is declared."""
+    from runner.entities import DMS_OPERATIONS, Column, Entity
+
+    decl = synthetic_declaration(name, key_columns, value_columns)
+    cdc = decl["meta"]["cdc"]
+    return Entity(
+        name=name,
+        source="synthetic",
+        declared_in=Path("."),
+        mode="cdc",
+        landing=cdc["landing"],
+        format="csv",
+        keys=tuple(cdc["keys"]),
+        sequence=cdc["sequence"],
+        operation_column="Op",
+        operations=dict(DMS_OPERATIONS),
+        columns=tuple(Column(c["name"], c["data_type"]) for c in decl["columns"]),
+        staging_schema="cdc",
+        staging_table=decl["identifier"],
+    )

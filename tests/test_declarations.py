@@ -229,3 +229,26 @@ def test_generate_is_deterministic_for_a_seed_and_follows_the_shares(tmp_path: P
     assert sum(ops.values()) == 1000 and len(first) == 5
     assert 150 <= ops["D"] <= 250 and 330 <= ops["U"] <= 470  # 20% and 40%, give or take
     assert len(set(seqs)) == len(seqs) and all(len(s) == 35 for s in seqs)
+
+
+def test_a_synthetic_entity_declaration_is_valid_and_matches_its_files(tmp_path: Path) -> None:
+    from runner.generate import (
+        GenerateSpec,
+        generate_entity,
+        synthetic_declaration,
+        synthetic_entity,
+    )
+    from runner.staging.validate import read_header
+
+    root = make_project(tmp_path / "repo")
+    decl = synthetic_declaration("orders", key_columns=2, value_columns=7)
+    extra = root / "dbt_project" / "models" / "staging" / "synthetic.yml"
+    extra.write_text(yaml.safe_dump({"version": 2, "sources": [{"name": "syn", "tables": [decl]}]}))
+    declared = load_entities(Project.load(root, target="local"))["orders"]
+    assert declared.keys == ("k1", "k2") and len(declared.columns) == 2 + 2 + 7
+    files = generate_entity(
+        synthetic_entity("orders", 2, 7), tmp_path / "orders", GenerateSpec(200, 300, 3)
+    )
+    for path in files:
+        header, problem = read_header(path, declared)
+        assert problem is None and header == [c.name for c in declared.columns]
