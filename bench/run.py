@@ -52,9 +52,10 @@ where rn = 1 and Op <> 'D'
 
 def project_root() -> Path:
     """A scratch copy of the repository's configuration, with its own warehouse."""
-    if WORK.exists():
-        shutil.rmtree(WORK)
-    WORK.mkdir(parents=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    for old in WORK.iterdir():  # keep data/: the generator is deterministic, so it is reused
+        if old.name != "data":
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
     shutil.copy(REPO / "profiles.example.yml", WORK / "profiles.yml")
     shutil.copy(REPO / "runner.yml", WORK / "runner.yml")
     shutil.copytree(
@@ -390,12 +391,23 @@ def main() -> None:
         check=True,
     )
     results["hash_memory"] = json.loads(mem.stdout)
+    # Its own project root: the embedded metastore admits one JVM, and this process holds one.
+    mem_root = WORK.parent / "work_memory"
+    shutil.rmtree(mem_root, ignore_errors=True)
+    shutil.copytree(
+        WORK,
+        mem_root,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".cdc", "data", "audit_*", "target", "logs"),
+    )
     stage = subprocess.run(
         [
             sys.executable,
             str(REPO / "bench" / "stage_memory.py"),
             "--root",
-            str(bench.root),
+            str(mem_root),
+            "--data",
+            str(WORK / "data"),
             "--size-mib",
             "128" if args.quick else "1024",
         ],

@@ -46,12 +46,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--root", type=Path, required=True, help="A project root (bench/work).")
     parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--data", type=Path, help="Where the generated Files go (root/data).")
     args = parser.parse_args()
     from runner.entities import load_entities
     from runner.generate import GenerateSpec, generate_entity
     from runner.project import Project
 
-    landing = args.root / "data" / f"memory_{args.size_mib}"
+    landing = ((args.data or args.root / "data") / f"memory_{args.size_mib}").resolve()
     folder = landing / "customers"
     if not folder.exists():
         project = Project.load(args.root, target="local")
