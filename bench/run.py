@@ -360,6 +360,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="Small sizes, to try the harness.")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "latest.json")
     args = parser.parse_args()
     bench = Bench(args.repeat, args.quick)
     rows = 50_000 if args.quick else 300_000
@@ -417,7 +418,7 @@ def main() -> None:
     )
     results["ingest_memory"] = json.loads(stage.stdout)
     results["total_s"] = time.perf_counter() - started
-    out = REPO / "bench" / "results" / "latest.json"
+    out = args.out
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten {out}")
     print(f"{'benchmark':32} {'ratio':>8} {'target':>8}")
