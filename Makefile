@@ -11,6 +11,7 @@ help:
 	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
 	@echo "make lint   - ruff and mypy"
+	@echo "make bench  - benchmarks as side-by-side ratios (about 22 min; not part of make test)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
 
 $(BIN)/python:
@@ -46,4 +47,4 @@ format:
 	$(BIN)/ruff check --fix runner audit tests
 
 clean:
-	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs
+	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory
