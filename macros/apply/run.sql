@@ -23,3 +23,15 @@
   {%- endfor -%}
   {{ return(statements[-1]) }}
 {% endmacro %}
+
+{#- Spark and Databricks: the apply statements, then the scratch table's drop, run in order;
+    returns the last for `main`. `create_sql` set: the first-run path (create, then apply). -#}
+{% macro spark_family_apply(target, source, create_sql=none) %}
+  {%- if create_sql is none -%}
+    {%- set statements = cdc.model_apply_statements(target, source) -%}
+  {%- else -%}
+    {%- set statements = cdc.create_then_apply_statements(target, source, create_sql) -%}
+  {%- endif -%}
+  {%- do statements.append('drop table if exists ' ~ cdc.scratch_relation(target, 'batch')) -%}
+  {{ return(cdc.run_all_but_last(statements)) }}
+{% endmacro %}

@@ -3,9 +3,7 @@
 
 {% macro spark__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates) %}
   {%- if cdc.is_apply_model() -%}
-    {%- set statements = cdc.model_apply_statements(target, source) -%}
-    {%- do statements.append('drop table if exists ' ~ cdc.scratch_relation(target, 'batch')) -%}
-    {{ return(cdc.run_all_but_last(statements)) }}
+    {{ return(cdc.spark_family_apply(target, source)) }}
   {%- endif -%}
   {{ return(dbt.spark__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates)) }}
 {% endmacro %}
@@ -15,7 +13,5 @@
     {{ return(dbt.spark__create_table_as(temporary, relation, compiled_code, language)) }}
   {%- endif -%}
   {%- set create = dbt.spark__create_table_as(false, relation, cdc.empty_target_select(compiled_code), 'sql') -%}
-  {%- set statements = cdc.create_then_apply_statements(relation, compiled_code, create) -%}
-  {%- do statements.append('drop table if exists ' ~ cdc.scratch_relation(relation, 'batch')) -%}
-  {{ return(cdc.run_all_but_last(statements)) }}
+  {{ return(cdc.spark_family_apply(relation, compiled_code, create)) }}
 {% endmacro %}
