@@ -66,9 +66,12 @@ class Run(Base):
     pid: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(DateTime())
     ended_at: Mapped[datetime | None] = mapped_column(DateTime())
-    # running, ok, failed (finished with failed or quarantined Files), error
+    # running, ok, failed (finished with failed or quarantined Files), error, aborted (the
+    # process died without ending its run; closed by a later run)
     outcome: Mapped[str] = mapped_column(String(16), server_default="running")
     detail: Mapped[str | None] = mapped_column(Text)
+    # Renewed by the run's heartbeat thread while it works; a stale one means the run died.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime())
 
 
 class AuditFile(Base):
@@ -106,7 +109,12 @@ class AuditFile(Base):
     mtime: Mapped[datetime] = mapped_column(DateTime())
     content_hash: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
+    # Claims of this File, less those lost in a crash that cannot be pinned on it (FAILED once
+    # a failure pinned on it happens at audit.max_attempts).
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Claims lost with other Files in flight (a crash that cannot be pinned on this File): such
+    # a File is staged alone next time, so that a crash it causes is pinned on it.
+    lapses: Mapped[int] = mapped_column(Integer, server_default="0")
     last_error: Mapped[str | None] = mapped_column(Text)
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime())

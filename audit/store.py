@@ -66,7 +66,54 @@ class IllegalTransition(AuditError):
         )
 
 
-_LEASED = {"mark_staged", "record_failure", "quarantine", "renew_lease"}
+_LEASED = {"mark_staged", "record_failure", "release", "quarantine", "renew_lease"}
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :meth:`AuditDB.recover` found: runs closed as aborted, Files given back."""
+
+    aborted_runs: list[str]
+    reclaimed: list[FileRecord]
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def process_alive(host: str, pid: int, started_at: datetime) -> bool | None:
+    """Whether the process that started a run is still alive: None when it cannot be told
+    (another host), False when no such process exists or the pid now belongs to a process
+    started after the run did (pid reuse)."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    boot = _boot_time()
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
+    except (OSError, IndexError, ValueError):
+        return True
+    if fields[0] == "Z":  # a zombie: dead, not yet reaped by its parent
+        return False
+    if boot is None:
+        return True
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    run_start = started_at.replace(tzinfo=UTC).timestamp()
+    return started <= run_start + 2.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +128,7 @@ class FileRecord:
     content_hash: str
     state: str
     attempts: int
+    lapses: int
     last_error: str | None
     lease_owner: str | None
     lease_expires_at: datetime | None
@@ -102,6 +150,7 @@ class FileRecord:
             "content_hash": self.content_hash,
             "state": self.state,
             "attempts": self.attempts,
+            "lapses": self.lapses,
             "last_error": self.last_error,
             "process_id": self.staged_by,
             "registered_by": self.registered_by,
@@ -165,7 +214,7 @@ class AuditDB:
         *,
         schema: str | None = None,
         max_attempts: int = 3,
-        lease_seconds: int = 900,
+        lease_seconds: int = 60,
     ) -> None:
         self.url = url
         self.schema = schema
@@ -249,9 +298,31 @@ class AuditDB:
                     host=socket.gethostname(),
                     pid=os.getpid(),
                     started_at=utcnow(),
+                    heartbeat_at=utcnow(),
                     outcome="running",
                 )
             )
+
+    def heartbeat(self, process_id: str, *, lease_seconds: int | None = None) -> int:
+        """The run is alive: renew its heartbeat and the lease of every File it holds.
+
+        Returns how many leases were renewed, so the caller can tell a lease it lost.
+        """
+        now = utcnow()
+        expires = now + timedelta(seconds=lease_seconds or self.lease_seconds)
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(runs_t).where(runs_t.c.process_id == process_id).values(heartbeat_at=now)
+            )
+            renewed = conn.execute(
+                update(files_t)
+                .where(
+                    files_t.c.state == FileState.PROCESSING.value,
+                    files_t.c.lease_owner == process_id,
+                )
+                .values(lease_expires_at=expires)
+            ).rowcount
+        return int(renewed or 0)
 
     def end_run(self, process_id: str, outcome: str, detail: str | None = None) -> None:
         with self.engine.begin() as conn:
@@ -460,7 +531,8 @@ class AuditDB:
         lease_seconds: int | None = None,
         now: datetime | None = None,
     ) -> FileRecord:
-        """PENDING -> PROCESSING with a lease for ``owner``; counts an attempt.
+        """PENDING -> PROCESSING with a lease for ``owner``; counts an attempt (given back by
+        :meth:`release` or :meth:`recover` when the failure cannot be pinned on this File).
 
         Of two workers claiming the same File at once exactly one succeeds; the other gets
         IllegalTransition.
@@ -568,6 +640,29 @@ class AuditDB:
             detail=error,
         )
 
+    def release(
+        self, file_id: int, owner: str, reason: str, *, lapse: bool = False
+    ) -> FileRecord:
+        """PROCESSING -> PENDING without counting the attempt: the failure was not this File's
+        (a lost connection, another File's error, a run stopped before reaching it). ``lapse``:
+        the failure could not be pinned on one File, so stage this one alone next time."""
+        return self._transition(
+            "release",
+            file_id,
+            [FileState.PROCESSING],
+            dict(
+                state=FileState.PENDING.value,
+                attempts=case((files_t.c.attempts > 0, files_t.c.attempts - 1), else_=0),
+                lapses=files_t.c.lapses + (1 if lapse else 0),
+                last_error=reason,
+                lease_owner=None,
+                lease_expires_at=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=owner,
+            detail=reason,
+        )
+
     def quarantine(self, file_id: int, owner: str, reason: str) -> FileRecord:
         """PROCESSING -> QUARANTINED: bad input that no retry can fix."""
         return self._transition(
@@ -591,51 +686,124 @@ class AuditDB:
             "requeue",
             file_id,
             [FileState.FAILED, FileState.QUARANTINED],
-            dict(state=FileState.PENDING.value, attempts=0),
+            dict(state=FileState.PENDING.value, attempts=0, lapses=0),
             process_id=process_id,
             detail=reason,
         )
 
-    def reclaim_expired(
-        self, *, now: datetime | None = None, process_id: str | None = None
-    ) -> list[FileRecord]:
-        """PROCESSING Files whose lease expired go back to PENDING (or FAILED at max attempts).
+    def recover(self, process_id: str | None = None, *, now: datetime | None = None) -> Recovery:
+        """Close dead runs as ``aborted`` and give their Files back, at once.
 
-        One conditional UPDATE for all of them: a lease renewed meanwhile is not reclaimed.
+        A run is dead when its process is gone (same host: no such pid, or the pid was reused)
+        or its heartbeat is older than the lease. A PROCESSING File is reclaimed when its owner
+        is not a live running run, or its lease expired. The lost claim counts as an attempt
+        only when it can be pinned on the File (it was the owner's only File in flight; then
+        FAILED at the maximum); otherwise the attempt is given back and a lapse recorded, so
+        the File is staged alone next time.
         """
         now = now or utcnow()
-        expired_msg = literal("lease expired; it was held by ") + files_t.c.lease_owner
-        with self.engine.begin() as conn:
-            rows = (
-                conn.execute(
-                    update(files_t)
-                    .where(
-                        and_(
-                            files_t.c.state == FileState.PROCESSING.value,
-                            files_t.c.lease_expires_at < now,
+        stale = now - timedelta(seconds=self.lease_seconds)
+        aborted: list[str] = []
+        with self.engine.connect() as conn:
+            running = conn.execute(
+                select(runs_t).where(runs_t.c.outcome == "running").order_by(runs_t.c.process_id)
+            ).mappings().all()
+        live: set[str] = set()
+        for run in running:
+            if run["process_id"] == process_id:
+                live.add(run["process_id"])
+                continue
+            alive = process_alive(run["host"], run["pid"], run["started_at"])
+            beat = run["heartbeat_at"] or run["started_at"]
+            if alive is False or (alive is None and beat < stale):
+                why = "process gone" if alive is False else f"no heartbeat since {beat:%H:%M:%S}Z"
+                with self.engine.begin() as conn:
+                    done = conn.execute(
+                        update(runs_t)
+                        .where(runs_t.c.process_id == run["process_id"], runs_t.c.outcome == "running")
+                        .values(
+                            outcome="aborted",
+                            ended_at=now,
+                            detail=f"closed by {process_id or 'a later run'}: {why}",
                         )
-                    )
-                    .values(
-                        state=case(
-                            (files_t.c.attempts >= self.max_attempts, FileState.FAILED.value),
-                            else_=FileState.PENDING.value,
-                        ),
-                        last_error=expired_msg,
-                        lease_owner=None,
-                        lease_expires_at=None,
-                        updated_at=now,
-                    )
-                    .returning(files_t)
+                    ).rowcount
+                if done:
+                    aborted.append(run["process_id"])
+            else:
+                live.add(run["process_id"])
+        with self.engine.connect() as conn:
+            held = conn.execute(
+                select(files_t.c.id, files_t.c.lease_owner, files_t.c.lease_expires_at).where(
+                    files_t.c.state == FileState.PROCESSING.value
                 )
-                .mappings()
-                .all()
+            ).all()
+        by_owner: dict[str | None, list[int]] = {}
+        for file_id, owner, expires in held:
+            if owner not in live or expires is None or expires < now:
+                by_owner.setdefault(owner, []).append(file_id)
+        in_flight = {o: sum(1 for _, owner, _ in held if owner == o) for o in by_owner}
+        reclaimed: list[FileRecord] = []
+        for owner, ids in by_owner.items():
+            pinned = in_flight[owner] == 1
+            why = f"claim lost: its run {owner} " + (
+                "stopped" if owner not in live else "stopped renewing its lease"
             )
-            records = [FileRecord(**r) for r in rows]
-            for rec in records:
-                self._event(
-                    conn, rec.id, FileState.PROCESSING.value, rec.state, process_id, rec.last_error
+            values: dict[str, Any]
+            if pinned:
+                values = dict(
+                    state=case(
+                        (files_t.c.attempts >= self.max_attempts, FileState.FAILED.value),
+                        else_=FileState.PENDING.value,
+                    ),
+                    last_error=why + " while it held only this File",
                 )
-        return records
+            else:
+                values = dict(
+                    state=FileState.PENDING.value,
+                    attempts=case((files_t.c.attempts > 0, files_t.c.attempts - 1), else_=0),
+                    lapses=files_t.c.lapses + 1,
+                    last_error=why + f" with {len(ids)} Files in flight (not counted)",
+                )
+            with self.engine.begin() as conn:
+                rows = (
+                    conn.execute(
+                        update(files_t)
+                        .where(
+                            files_t.c.id.in_(ids),
+                            files_t.c.state == FileState.PROCESSING.value,
+                            (files_t.c.lease_owner == owner)
+                            if owner is not None
+                            else files_t.c.lease_owner.is_(None),
+                        )
+                        .values(lease_owner=None, lease_expires_at=None, updated_at=now, **values)
+                        .returning(files_t)
+                    )
+                    .mappings()
+                    .all()
+                )
+                for row in rows:
+                    rec = FileRecord(**row)
+                    reclaimed.append(rec)
+                    self._event(
+                        conn, rec.id, FileState.PROCESSING.value, rec.state, process_id,
+                        rec.last_error,
+                    )
+        return Recovery(aborted, reclaimed)
+
+    def requeue_many(
+        self,
+        process_id: str,
+        *,
+        ids: Iterable[int] = (),
+        states: Iterable[str] = (),
+        entity: str | None = None,
+        reason: str = "operator retry",
+    ) -> list[FileRecord]:
+        """`runner retry`: the chosen FAILED or QUARANTINED Files back to PENDING."""
+        chosen = {f.id: f for f in self.files(entity=entity, states=list(states))} if states else {}
+        for file_id in ids:
+            chosen.setdefault(file_id, self.get(file_id))
+        return [self.requeue(i, process_id, reason) for i in sorted(chosen)]
 
 
 @contextmanager

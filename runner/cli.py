@@ -10,6 +10,7 @@ import enum
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -71,14 +72,15 @@ class RunnerGroup(click.Group):
             raise
         except CdcError as exc:
             if debug:
-                raise
+                traceback.print_exc()
             click.echo(f"error: {exc.message}", err=True)
             ctx.exit(ExitCode.ERROR)
         except Exception as exc:  # unexpected: still one line unless --debug
             if debug:
-                raise
+                traceback.print_exc()
             click.echo(f"error: {type(exc).__name__}: {_one_line(exc)}", err=True)
-            click.echo("run again with --debug for the traceback", err=True)
+            if not debug:
+                click.echo("run again with --debug for the traceback", err=True)
             ctx.exit(ExitCode.ERROR)
 
 
@@ -246,7 +248,10 @@ class RecordedRun:
 
 @contextmanager
 def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
-    """Record a run in the Audit DB; end it with the outcome the command set, whatever happens."""
+    """Record a run in the Audit DB, keep it alive with a heartbeat while it works, and end it
+    with the outcome the command set, whatever happens. Runs that died before are closed first
+    and their Files given back (a crash is recovered by running the command again)."""
+    from runner.heartbeat import Heartbeat
     from runner.ids import new_process_id
 
     project = obj.project()
@@ -254,7 +259,13 @@ def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
     run = RecordedRun(project, db, new_process_id())
     db.start_run(run.process_id, command, project.target_name)
     try:
-        yield run
+        with Heartbeat(db, run.process_id):
+            recovery = db.recover(run.process_id)
+            for pid in recovery.aborted_runs:
+                log.info("run %s had stopped without ending; closed as aborted", pid)
+            for rec in recovery.reclaimed:
+                log.info("%s: %s; back to %s", rec.path, rec.last_error, rec.state)
+            yield run
     finally:
         db.end_run(run.process_id, run.outcome)
         db.dispose()
@@ -370,6 +381,62 @@ def run(
         rec.outcome = "ok" if result.ok else "failed"
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
+
+
+@main.command()
+@click.argument("files", nargs=-1)
+@click.option("--failed", is_flag=True, help="Every FAILED File.")
+@click.option("--quarantined", is_flag=True, help="Every QUARANTINED File.")
+@click.option("--entity", help="Only this entity's Files (with --failed or --quarantined).")
+@click.pass_obj
+def retry(
+    obj: Context, files: tuple[str, ...], failed: bool, quarantined: bool, entity: str | None
+) -> None:
+    """Put FAILED or QUARANTINED Files back to PENDING, so the next ingest stages them again.
+
+    FILES are File ids, paths or content hashes (or a unique prefix of 8+ characters), as
+    `runner status` shows them. The change is recorded as an event of each File.
+    """
+    if not files and not failed and not quarantined:
+        raise UsageError("name Files to retry, or use --failed or --quarantined")
+    with recorded_run(obj, "retry") as run:
+        ids = [_resolve_file(run.db, ref) for ref in files]
+        states = [s for s, on in (("FAILED", failed), ("QUARANTINED", quarantined)) if on]
+        for file_id in ids:
+            state = run.db.get(file_id).state
+            if state not in ("FAILED", "QUARANTINED"):
+                raise UsageError(
+                    f"File {file_id} is {state}; only FAILED or QUARANTINED Files can be retried"
+                )
+        done = run.db.requeue_many(
+            run.process_id,
+            ids=ids,
+            states=states,
+            entity=entity,
+            reason=f"runner retry by {run.process_id}",
+        )
+        for rec in done:
+            click.echo(f"{rec.id}\t{rec.entity}\t{rec.path}\tPENDING")
+        click.echo(f"process {run.process_id}: {len(done)} File(s) back to PENDING")
+        run.outcome = "ok"
+
+
+def _resolve_file(db: Any, ref: str) -> int:
+    """A File id, path or content hash (prefix of 8+ characters) as a File id."""
+    from pathlib import Path
+
+    every = db.files()
+    if ref.isdigit() and any(f.id == int(ref) for f in every):
+        return int(ref)
+    path = str(Path(ref).resolve())
+    hits = [f.id for f in every if f.path in (ref, path)]
+    if not hits and len(ref) >= 8:
+        hits = [f.id for f in every if f.content_hash.startswith(ref.lower())]
+    hits = sorted(set(hits))
+    if len(hits) != 1:
+        found = "no File" if not hits else f"{len(hits)} Files ({', '.join(map(str, hits))})"
+        raise UsageError(f"{ref!r} names {found}; use an id from `runner status`")
+    return hits[0]
 
 
 @main.command()

@@ -52,7 +52,8 @@ def discover(
     found: dict[Path, LandedFile] = {}
     notes: list[str] = []
     for root in resolve_roots(roots):
-        for candidate in sorted(root.glob(entity.landing)):
+        candidates = {c for glob in entity.landing for c in root.glob(glob)}
+        for candidate in sorted(candidates):
             real = candidate.resolve()
             if not _inside(real, [root]):
                 notes.append(f"{candidate}: points outside landing root {root}; not read")

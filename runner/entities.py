@@ -44,7 +44,7 @@ class Entity:
     source: str
     declared_in: Path
     mode: str
-    landing: str  # a glob under a landing root, e.g. "customers/*.csv"
+    landing: tuple[str, ...]  # globs under a landing root, e.g. ("customers/*.csv",)
     format: str
     keys: tuple[str, ...]
     sequence: str
@@ -129,12 +129,17 @@ def _parse(
     mode = str(cdc.get("mode", "cdc"))
     if mode not in MODES:
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
-    landing = cdc.get("landing")
-    if not isinstance(landing, str) or not landing:
-        errors.append("meta.cdc.landing (a path or glob under a landing root) is required")
-        landing = ""
-    elif landing.startswith("/") or ".." in Path(landing).parts:
-        errors.append(f"landing {landing!r} must be relative to a landing root, without '..'")
+    landing_raw = cdc.get("landing")
+    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        errors.append(
+            "meta.cdc.landing (a path or glob under a landing root, or a list of them) is required"
+        )
+        globs = []
+    for glob in globs:
+        if glob.startswith("/") or ".." in Path(glob).parts:
+            errors.append(f"landing {glob!r} must be relative to a landing root, without '..'")
+    landing = tuple(globs)
     fmt = str(cdc.get("format", "csv")).lower()
     if fmt not in FORMATS:
         errors.append(f"format {fmt!r} is not supported; accepted: {list(FORMATS)}")

@@ -299,7 +299,7 @@ def synthetic_entity(name: str, key_columns: int, value_columns: int) -> Any:
         source="synthetic",
         declared_in=Path("."),
         mode="cdc",
-        landing=cdc["landing"],
+        landing=(cdc["landing"],),
         format="csv",
         keys=tuple(cdc["keys"]),
         sequence=cdc["sequence"],

@@ -37,7 +37,7 @@ class AuditSettings:
     """How the Audit DB behaves: attempts before FAILED, and how long a lease lasts."""
 
     max_attempts: int = 3
-    lease_seconds: int = 900
+    lease_seconds: int = 60
 
 
 @dataclass(frozen=True)

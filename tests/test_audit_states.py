@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 
 from audit import AuditDB, FileState, IllegalTransition, utcnow
-from audit.models import AuditFile
+from audit.models import AuditFile, Run
 from runner.ids import new_process_id
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -125,24 +128,97 @@ def test_failures_retry_until_max_attempts_then_fail_with_last_error(audit_db: A
     assert audit_db.get(file_id).attempts == 0
 
 
-def test_expired_leases_are_reclaimed_and_count_as_attempts(audit_db: AuditDB) -> None:
-    expired_id = register(audit_db, "/landing/customers/a.csv", "d" * 64)
-    live_id = register(audit_db, "/landing/customers/b.csv", "e" * 64)
+def _die_holding(audit_url: tuple[str, str | None], file_ids: list[int]) -> str:
+    """A real process that starts a run, claims ``file_ids`` and is killed: its process id."""
+    url, schema = audit_url
+    code = (
+        "import os, signal, sys\n"
+        "from audit import AuditDB\n"
+        "from runner.ids import new_process_id\n"
+        f"db = AuditDB({url!r}, schema={schema!r})\n"
+        "pid = new_process_id()\n"
+        "db.start_run(pid, 'ingest', 'local')\n"
+        f"for i in {file_ids!r}:\n"
+        "    db.claim(i, pid)\n"
+        "print(pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_dead_runs_files_come_back_at_once_and_uncounted_when_not_pinned(
+    audit_db: AuditDB, audit_url: tuple[str, str | None]
+) -> None:
+    a = register(audit_db, "/landing/customers/a.csv", "d" * 64)
+    b = register(audit_db, "/landing/customers/b.csv", "e" * 64)
+    dead = _die_holding(audit_url, [a, b])
+    me = new_process_id()
+    audit_db.start_run(me, "ingest", "local")
+    recovery = audit_db.recover(me)  # no waiting: the lease (60 s) has not expired
+    assert recovery.aborted_runs == [dead]
+    assert sorted(r.id for r in recovery.reclaimed) == [a, b]
+    for file_id in (a, b):
+        rec = audit_db.get(file_id)
+        # Two Files were in flight: the crash cannot be pinned on either.
+        assert (rec.state, rec.attempts, rec.lapses) == ("PENDING", 0, 1)
+        assert "not counted" in (rec.last_error or "")
+    run = next(r for r in audit_db.runs() if r["process_id"] == dead)
+    assert run["outcome"] == "aborted" and run["ended_at"] is not None
+    assert audit_db.recover(me).reclaimed == []  # nothing twice
+
+
+def test_a_file_that_kills_every_run_alone_ends_failed(
+    audit_db: AuditDB, audit_url: tuple[str, str | None]
+) -> None:
+    poison = register(audit_db, "/landing/customers/poison.csv", "f" * 64)
+    me = new_process_id()
+    audit_db.start_run(me, "ingest", "local")
+    states = []
+    for _ in range(audit_db.max_attempts):
+        _die_holding(audit_url, [poison])  # the only File in flight: pinned on it
+        states.append(audit_db.recover(me).reclaimed[0].state)
+    assert states == ["PENDING"] * (audit_db.max_attempts - 1) + ["FAILED"]
+    final = audit_db.get(poison)
+    assert final.attempts == audit_db.max_attempts and "only this File" in final.last_error
+
+
+def test_expired_leases_and_silent_runs_elsewhere_are_reclaimed(audit_db: AuditDB) -> None:
+    expired_id = register(audit_db, "/landing/customers/a.csv", "1" * 64)
+    live_id = register(audit_db, "/landing/customers/b.csv", "2" * 64)
     owner = new_process_id()
-    audit_db.start_run(owner, "ingest", "local")
+    audit_db.start_run(owner, "ingest", "local")  # this very process: alive
     audit_db.claim(expired_id, owner, lease_seconds=5)
     audit_db.claim(live_id, owner, lease_seconds=3600)
-    reclaimed = audit_db.reclaim_expired(now=utcnow() + timedelta(seconds=60))
+    later = utcnow() + timedelta(seconds=30)
+    reclaimed = audit_db.recover(new_process_id(), now=later).reclaimed
     assert [r.id for r in reclaimed] == [expired_id]
     assert audit_db.get(expired_id).state == "PENDING"
-    assert "lease expired" in (audit_db.get(expired_id).last_error or "")
     assert audit_db.get(live_id).state == "PROCESSING"
-    # A crash on every attempt: the File ends FAILED rather than looping forever.
-    for _ in range(audit_db.max_attempts - 1):
-        audit_db.claim(expired_id, owner, lease_seconds=5)
-        audit_db.reclaim_expired(now=utcnow() + timedelta(seconds=60))
-    final = audit_db.get(expired_id)
-    assert (final.state, final.attempts) == ("FAILED", audit_db.max_attempts)
+    assert audit_db.heartbeat(owner) == 1  # the live lease is renewed; the lost one is not
+    # A run on another host cannot be checked for its process: its heartbeat decides.
+    with audit_db.engine.begin() as conn:
+        conn.execute(
+            sa.update(Run.__table__)
+            .where(Run.__table__.c.process_id == owner)
+            .values(host="another-host", heartbeat_at=utcnow())
+        )
+    assert audit_db.recover(new_process_id()).aborted_runs == []
+    much_later = utcnow() + timedelta(seconds=audit_db.lease_seconds + 5000)
+    recovery = audit_db.recover(new_process_id(), now=much_later)
+    assert recovery.aborted_runs == [owner]
+    assert [r.id for r in recovery.reclaimed] == [live_id]
+
+
+def test_release_gives_the_attempt_back(audit_db: AuditDB) -> None:
+    file_id = register(audit_db, "/landing/customers/a.csv", "3" * 64)
+    owner = new_process_id()
+    audit_db.start_run(owner, "ingest", "local")
+    for _ in range(audit_db.max_attempts + 1):  # more than max_attempts: never FAILED
+        audit_db.claim(file_id, owner)
+        rec = audit_db.release(file_id, owner, "connection refused")
+    assert (rec.state, rec.attempts, rec.lapses) == ("PENDING", 0, 0)
 
 
 def test_same_content_is_a_duplicate_and_new_content_under_old_path_is_new(

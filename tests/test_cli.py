@@ -99,9 +99,9 @@ def test_postgres_target_keeps_its_audit_db_on_the_same_server(
     root = make_project(tmp_path / "repo")
     up = run("--target", "postgres", "--audit-schema", pg_schema, "audit", "upgrade", cwd=root)
     assert up.returncode == 0, up.stderr
-    assert f"schema {pg_schema}" in up.stdout and "revision 0001" in up.stdout
+    assert f"schema {pg_schema}" in up.stdout and "revision 0002" in up.stdout
     db = AuditDB(pg_url, schema=pg_schema)
-    assert db.current_revision() == "0001"
+    assert db.current_revision() == "0002"
     db.dispose()
     out = run("--target", "postgres", "--audit-schema", pg_schema, "status", "--json", cwd=root)
     assert out.returncode == 0 and json.loads(out.stdout) == []

@@ -19,7 +19,7 @@
     where cdc_staged.{{ lin.file_hash }} not in (
       select cdc_markers.file_hash
       from {{ markers }} as cdc_markers
-      where cdc_markers.target_table = '{{ cdc.target_name() }}'
+      where cdc_markers.target_table = {{ cdc.sql_string(cdc.target_name()) }}
     )
   ) as cdc_unapplied
 {%- endmacro %}
@@ -70,7 +70,7 @@
         "model " ~ model.name ~ " must read exactly one CDC entity (a source with meta.cdc) "
         ~ "through cdc.unapplied(); found: " ~ (found | join(', ') or 'none')) }}
   {%- endif -%}
-  {{ return(found[0]) }}
+  {{ return(cdc.plain_identifier(found[0], "the entity name of model " ~ model.name)) }}
 {% endmacro %}
 
 {#- unique_key as a list; an apply model must have one. -#}

@@ -29,6 +29,18 @@
   {{ return('') }}
 {% endmacro %}
 
+{#- PostgreSQL also makes a second marker for one (table, File) impossible: of two applies
+    that got past every other guard, the second fails instead of applying twice. -#}
+{% macro postgres__create_state_tables() %}
+  {%- do cdc.default__create_state_tables() -%}
+  {%- if execute -%}
+    {%- set rel = cdc.state_relation('applied_files') -%}
+    {%- do run_query('create unique index if not exists ' ~ adapter.quote(rel.identifier ~ '__one_per_file')
+        ~ ' on ' ~ rel ~ ' (target_table, file_hash)') -%}
+  {%- endif -%}
+  {{ return('') }}
+{% endmacro %}
+
 {#- `using iceberg` / `using delta` on Spark destinations; nothing elsewhere. -#}
 {% macro table_format_clause() %}
   {{ return(adapter.dispatch('table_format_clause', 'cdc')()) }}

@@ -42,20 +42,23 @@
   {%- set seq_type = (columns | selectattr('name', 'equalto', lin.sequence) | first).data_type -%}
   {%- set model_cols = columns | rejectattr('name', 'in', apply_only) | map(attribute='name') | list -%}
   {%- set q = adapter.quote -%}
-  {%- set invocation = "'" ~ invocation_id ~ "'" -%}
+  {%- set invocation = cdc.sql_string(invocation_id) -%}
+  {%- set this_table = cdc.sql_string(target_name) -%}
   {%- set now = cdc.now_utc() -%}
   {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
   {%- set statements = [] -%}
+  {%- set lock = cdc.apply_lock_sql(target_name) -%}
+  {%- if lock -%}{%- do statements.append(lock) -%}{%- endif -%}
 
   {#- 1a. The Files of this batch. A File with rows must have them in the source (so a File
        staged while this runs waits for the next run); a File without rows needs none. -#}
   {%- set sql -%}
     select cdc_files.file_hash, cdc_files.file_name, cdc_files.process_id
     from {{ files_rel }} as cdc_files
-    where cdc_files.entity = '{{ entity }}'
+    where cdc_files.entity = {{ cdc.sql_string(entity) }}
       and cdc_files.file_hash not in (
         select cdc_markers.file_hash from {{ markers_rel }} as cdc_markers
-        where cdc_markers.target_table = '{{ target_name }}'
+        where cdc_markers.target_table = {{ this_table }}
       )
       and (
         cdc_files.staged_rows = 0
@@ -95,7 +98,7 @@
     left join {{ target }} as cdc_dest
       on {% for k in keys %}cdc_dest.{{ k }} = cdc_changes.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
     left join {{ tomb_rel }} as cdc_tomb
-      on cdc_tomb.target_table = '{{ target_name }}'
+      on cdc_tomb.target_table = {{ this_table }}
       and cdc_tomb.key_text = {{ cdc.key_text('cdc_changes', keys) }}
   {%- endset -%}
   {%- do statements.append(cdc.create_scratch_sql(batch, sql)) -%}
@@ -132,7 +135,7 @@
       select cdc__key_text, {{ lin.sequence }}, {{ lin.operation }}, {{ lin.file_hash }}, {{ lin.process_id }}
       from {{ batch }} where cdc__action in ('insert', 'update', 'delete')
     ) as {{ S }}
-    on {{ D }}.target_table = '{{ target_name }}' and {{ D }}.key_text = {{ S }}.cdc__key_text
+    on {{ D }}.target_table = {{ this_table }} and {{ D }}.key_text = {{ S }}.cdc__key_text
     when matched and {{ S }}.{{ lin.operation }} <> 'D' then delete
     when matched then update set
       sequence_text = cast({{ S }}.{{ lin.sequence }} as {{ dbt.type_string() }}),
@@ -142,7 +145,7 @@
       deleted_at = {{ now }}
     when not matched and {{ S }}.{{ lin.operation }} = 'D' then insert ({{ tc | join(', ') }})
     values (
-      '{{ target_name }}', {{ S }}.cdc__key_text, cast({{ S }}.{{ lin.sequence }} as {{ dbt.type_string() }}),
+      {{ this_table }}, {{ S }}.cdc__key_text, cast({{ S }}.{{ lin.sequence }} as {{ dbt.type_string() }}),
       {{ S }}.{{ lin.file_hash }}, {{ S }}.{{ lin.process_id }}, {{ invocation }}, {{ now }}
     )
   {%- endset -%}
@@ -157,7 +160,7 @@
   {%- set sql -%}
     insert into {{ markers_rel }} ({{ st.applied_files.columns | join(', ') }})
     select
-      '{{ target_name }}', cdc_files.file_hash, cdc_files.file_name, cdc_files.process_id,
+      {{ this_table }}, cdc_files.file_hash, cdc_files.file_name, cdc_files.process_id,
       {{ invocation }}, {{ now }},
       coalesce(cdc_counts.n_insert, 0), coalesce(cdc_counts.n_update, 0),
       coalesce(cdc_counts.n_delete, 0), coalesce(cdc_counts.n_skip, 0)
@@ -172,6 +175,11 @@
       from {{ batch }}
       group by {{ lin.file_hash }}
     ) as cdc_counts on cdc_counts.file_hash = cdc_files.file_hash
+    {#- Never a second marker, should another apply of this table have written one meanwhile. -#}
+    where cdc_files.file_hash not in (
+      select cdc_markers.file_hash from {{ markers_rel }} as cdc_markers
+      where cdc_markers.target_table = {{ this_table }}
+    )
   {%- endset -%}
   {%- do statements.append(sql) -%}
   {{ return(statements) }}
@@ -180,9 +188,21 @@
 {#- Statements that forget this target's markers and tombstones: before (re)creating it. -#}
 {% macro reset_statements(target_name) %}
   {{ return([
-      'delete from ' ~ cdc.state_relation('applied_files') ~ " where target_table = '" ~ target_name ~ "'",
-      'delete from ' ~ cdc.state_relation('tombstones') ~ " where target_table = '" ~ target_name ~ "'",
+      'delete from ' ~ cdc.state_relation('applied_files') ~ ' where target_table = ' ~ cdc.sql_string(target_name),
+      'delete from ' ~ cdc.state_relation('tombstones') ~ ' where target_table = ' ~ cdc.sql_string(target_name),
   ]) }}
+{% endmacro %}
+
+{#- Serialises applies of one table where the destination has locks: PostgreSQL takes a
+    transaction-scoped advisory lock, so a second `dbt build` waits, then finds the markers and
+    applies nothing. Spark, Databricks and BigQuery rely on their optimistic commits instead (a
+    concurrent MERGE into the same table fails) and on the marker guard in step 4. -#}
+{% macro apply_lock_sql(target_name) %}
+  {{ return(adapter.dispatch('apply_lock_sql', 'cdc')(target_name)) }}
+{% endmacro %}
+{% macro default__apply_lock_sql(target_name) %}{{ return('') }}{% endmacro %}
+{% macro postgres__apply_lock_sql(target_name) %}
+  {{ return('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc apply ' ~ target_name) ~ ', 0))') }}
 {% endmacro %}
 
 {#- A key as one string: each part length-prefixed, so ('a|b', 'c') and ('a', 'b|c') differ. -#}

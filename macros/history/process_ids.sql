@@ -17,7 +17,7 @@
 {#- The four added columns, as select items: inserted now, not closed. -#}
 {% macro snapshot_added_columns() %}
   {%- set lin = cdc.lineage_columns() -%}
-  '{{ cdc.snapshot_process_id() }}' as {{ lin.snapshot_insert_process_id }},
+  {{ cdc.sql_string(cdc.snapshot_process_id()) }} as {{ lin.snapshot_insert_process_id }},
   cast(null as {{ dbt.type_string() }}) as {{ lin.snapshot_update_process_id }},
   {{ snapshot_get_time() }} as {{ lin.snapshot_inserted_at }},
   cast(null as {{ dbt.type_timestamp() }}) as {{ lin.snapshot_updated_at }}
@@ -26,7 +26,7 @@
 {#- The SET items the merge adds when it closes a row. -#}
 {% macro snapshot_close_set() %}
   {%- set lin = cdc.lineage_columns() -%}
-  {{ lin.snapshot_update_process_id }} = '{{ cdc.snapshot_process_id() }}',
+  {{ lin.snapshot_update_process_id }} = {{ cdc.sql_string(cdc.snapshot_process_id()) }},
   {{ lin.snapshot_updated_at }} = {{ snapshot_get_time() }}
 {%- endmacro %}
 

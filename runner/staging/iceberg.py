@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from runner.errors import IntegrityError
 from runner.lineage import lineage_columns, state_tables
 from runner.staging.spark import StagedBatch, StagingWriter
 
@@ -40,8 +41,26 @@ class IcebergWriter(StagingWriter):
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
         if hashes:
             spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
+        expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
+        before = self._last_snapshot(spark, table)
         out.writeTo(table).append()
+        after = self._last_snapshot(spark, table)
+        if expected and after == before:
+            raise IntegrityError(f"appending {expected} rows to {table} committed nothing")
+        if after is not None and after != before and int(after[1]) != expected:
+            raise IntegrityError(
+                f"{table}: the append committed {after[1]} rows, {expected} were staged"
+            )
         self._manifest(spark, batch)
+
+    @staticmethod
+    def _last_snapshot(spark: SparkSession, table: str) -> tuple[int, str] | None:
+        """(snapshot id, rows it added) of the table's newest Iceberg snapshot."""
+        row = spark.sql(
+            f"SELECT snapshot_id, summary['added-records'] AS added FROM {table}.snapshots "
+            "ORDER BY committed_at DESC LIMIT 1"
+        ).first()
+        return (int(row["snapshot_id"]), str(row["added"] or 0)) if row else None
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity

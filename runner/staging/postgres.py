@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import ConfigError
+from runner.errors import ConfigError, IntegrityError
 from runner.lineage import lineage_columns, staged_columns, state_tables
 from runner.staging.spark import StagedBatch, StagingWriter
 
@@ -70,6 +70,8 @@ def connect(target: dict[str, Any]) -> Any:
 
 
 class PostgresWriter(StagingWriter):
+    forbidden_characters = {"\x00": "a NUL character (PostgreSQL cannot store it in text)"}
+
     def __init__(self, target: dict[str, Any], scratch_dir: Path) -> None:
         self.target = target
         self.scratch_dir = scratch_dir
@@ -153,7 +155,7 @@ class PostgresWriter(StagingWriter):
                         copied += cur.rowcount
                 expected = sum(counts.get(h, 0) for h in hashes)
                 if copied != expected:
-                    raise RuntimeError(
+                    raise IntegrityError(
                         f"COPY into {schema}.{table} loaded {copied} rows, expected {expected}"
                     )
                 cur.execute(

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.entities import Entity
+from runner.errors import IntegrityError
 from runner.lineage import lineage_columns, staged_columns
-from runner.staging.validate import read_header
+from runner.staging.validate import read_header, scan_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -49,6 +50,9 @@ class StagedBatch:
 class StagingWriter:
     """Writes a batch to the destination, replacing those Files' earlier rows."""
 
+    # Characters the destination cannot store in a string: a value holding one is bad input.
+    forbidden_characters: dict[str, str] = {}
+
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
         raise NotImplementedError
 
@@ -75,6 +79,8 @@ def stage_entity(
     groups: dict[tuple[str, ...], list[FileToStage]] = {}
     for f in files:
         header, problem = read_header(f.path, entity)
+        if not problem and entity.format != "parquet":
+            problem = scan_text(f.path, entity)
         if problem:
             result.quarantined[f.file_id] = problem
         else:
@@ -144,14 +150,7 @@ def _stage_group(
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
-    by_uri = {f.path.resolve().as_uri(): f for f in files}
-    file_map = spark.createDataFrame(
-        [(uri, f.content_hash, f.path.name) for uri, f in by_uri.items()],
-        f"{FILE_URI} string, {lineage['file_hash']} string, {lineage['file_name']} string",
-    )
     raw = _read(spark, entity, header, [str(f.path) for f in files])
-    # Normalise input_file_name()'s URI spelling (file:/x vs file:///x) to Path.as_uri().
-    raw = raw.withColumn(FILE_URI, F.regexp_replace(FILE_URI, r"^file:/+", "file:///"))
     numbered = raw.withColumn(
         lineage["row_number"],
         F.row_number().over(Window.partitionBy(FILE_URI).orderBy(BLOCK, ORDER)).cast("bigint"),
@@ -189,6 +188,15 @@ def _stage_group(
                     ),
                 )
             )
+            checks.append(_changed_by_cast(col.name, raw_col, col.data_type))
+        for char, why in writer.forbidden_characters.items():
+            if entity.format != "parquet" or col.data_type == "string":
+                checks.append(
+                    F.when(
+                        F.instr(raw_col.cast("string"), char) > 0,
+                        F.lit(f"column {col.name!r}: {why}"),
+                    )
+                )
     op_map = F.create_map(*[F.lit(x) for kv in entity.operations.items() for x in kv])
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
@@ -201,27 +209,39 @@ def _stage_group(
             ),
         )
     )
+    business = [c.name for c in entity.columns]
     staged = (
         typed.withColumn(ERROR, F.coalesce(*checks))
         .withColumn(lineage["operation"], op_map[op_raw])
         .withColumn(lineage["sequence"], F.col(entity.sequence))
         .withColumn(lineage["process_id"], F.lit(process_id))
         .withColumn(lineage["ingested_at"], F.lit(ingested_at).cast("timestamp"))
-        .join(F.broadcast(file_map), FILE_URI, "left")
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        bad_rows = (
-            staged.where(F.col(ERROR).isNotNull())
-            .groupBy(FILE_URI)
+        # Per File as Spark saw it: rows read, bad rows (the first named), distinct good rows.
+        per_file = (
+            staged.groupBy(FILE_URI)
             .agg(
-                F.min_by(F.struct(lineage["row_number"], ERROR), lineage["row_number"]).alias(
-                    "first"
-                ),
-                F.count("*").alias("n"),
+                F.count("*").alias("read"),
+                F.count(ERROR).alias("bad"),
+                F.min_by(F.struct(lineage["row_number"], ERROR), F.when(
+                    F.col(ERROR).isNotNull(), F.col(lineage["row_number"])
+                )).alias("first"),
+                F.count_distinct(
+                    F.when(F.col(ERROR).isNull(), F.struct(*[F.col(c) for c in business]))
+                ).alias("distinct"),
             )
             .collect()
         )
-        business = [c.name for c in entity.columns]
+        by_uri = _match_files([r[FILE_URI] for r in per_file], files)
+        read = {by_uri[r[FILE_URI]].file_id: r for r in per_file}
+        for f in files:
+            if f.file_id not in read and _has_data_rows(f.path, entity):
+                raise IntegrityError(
+                    f"{f.path.name}: Spark read no rows from a File that has data rows",
+                    path=str(f.path),
+                    content_hash=f.content_hash,
+                )
         deduped = staged.where(F.col(ERROR).isNull()).dropDuplicates([FILE_URI, *business])
         conflicts = (
             deduped.groupBy(FILE_URI, *entity.keys, lineage["sequence"])
@@ -237,29 +257,38 @@ def _stage_group(
             )
             .collect()
         )
-        bad: dict[str, str] = {}
-        for r in bad_rows:
-            line = _at(entity, r["first"][0])
-            more = f" ({r['n'] - 1} more bad rows)" if r["n"] > 1 else ""
-            bad[r[FILE_URI]] = f"{line}, {r['first'][1]}{more}"
+        bad: dict[int, str] = {}
+        for r in per_file:
+            if r["bad"]:
+                line = _at(entity, r["first"][0])
+                more = f" ({r['bad'] - 1} more bad rows)" if r["bad"] > 1 else ""
+                bad[by_uri[r[FILE_URI]].file_id] = f"{line}, {r['first'][1]}{more}"
         for r in conflicts:
             c = r["c"]
             key = ", ".join(f"{k}={c[k]}" for k in entity.keys)
             bad.setdefault(
-                r[FILE_URI],
+                by_uri[r[FILE_URI]].file_id,
                 f"{_at(entity, c['second_row'])}, column {entity.sequence!r}: conflicts "
                 f"with {_at(entity, c['first_row'])}: same key ({key}) and same sequence, "
                 "different values",
             )
-        for uri, reason in bad.items():
-            f = by_uri[uri]
-            result.quarantined[f.file_id] = f"{f.path.name}: {reason}"
-        good = [f for uri, f in by_uri.items() if uri not in bad]
+        for f in files:
+            if f.file_id in bad:
+                result.quarantined[f.file_id] = f"{f.path.name}: {bad[f.file_id]}"
+        good = [f for f in files if f.file_id not in bad]
         if not good:
             return
-        keep = [f.content_hash for f in good]
+        # Rows find their File by the exact string Spark gave, never by a re-spelling of it.
+        file_map = spark.createDataFrame(
+            [
+                (uri, f.content_hash, f.path.name)
+                for uri, f in by_uri.items()
+                if f.file_id not in bad
+            ],
+            f"{FILE_URI} string, {lineage['file_hash']} string, {lineage['file_name']} string",
+        )
         out = (
-            deduped.where(F.col(lineage["file_hash"]).isin(keep))
+            deduped.join(F.broadcast(file_map), FILE_URI, "inner")
             .select(*business, *staged_columns())
             .sortWithinPartitions(lineage["file_hash"], lineage["sequence"])
         )
@@ -267,11 +296,112 @@ def _stage_group(
             r[lineage["file_hash"]]: r["n"]
             for r in out.groupBy(lineage["file_hash"]).agg(F.count("*").alias("n")).collect()
         }
+        for f in good:
+            expected = read[f.file_id]["distinct"] if f.file_id in read else 0
+            if counts.get(f.content_hash, 0) != expected:
+                raise IntegrityError(
+                    f"{f.path.name}: {expected} distinct rows read but "
+                    f"{counts.get(f.content_hash, 0)} about to be staged",
+                    path=str(f.path),
+                    content_hash=f.content_hash,
+                )
         writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at))
         for f in good:
             result.staged[f.file_id] = counts.get(f.content_hash, 0)
     finally:
         staged.unpersist()
+
+
+def _uri_spellings(uri: str) -> set[str]:
+    """The local paths a Spark file URI may stand for (percent-encoded or not)."""
+    from urllib.parse import unquote, urlsplit
+
+    if uri.startswith("file:"):
+        plain = "/" + uri[len("file:") :].lstrip("/")
+        return {plain, unquote(urlsplit("file://" + plain).path)}
+    return {uri, unquote(uri)}
+
+
+def _match_files(uris: list[str], files: list[FileToStage]) -> dict[str, FileToStage]:
+    """Each URI Spark reported, mapped to the File it read. A URI that matches no File, or
+    two, is an error: its rows would otherwise be dropped without a word."""
+    by_path = {str(f.path): f for f in files}
+    by_path.update({str(f.path.resolve()): f for f in files})
+    out: dict[str, FileToStage] = {}
+    for uri in uris:
+        matches = {id(by_path[p]): by_path[p] for p in _uri_spellings(uri) if p in by_path}
+        if len(matches) != 1:
+            raise IntegrityError(
+                f"Spark read rows from {uri!r}, which matches "
+                + ("no File of this batch" if not matches else "several Files")
+                + f" ({', '.join(sorted(f.path.name for f in files))[:300]})"
+            )
+        out[uri] = next(iter(matches.values()))
+    return out
+
+
+def _has_data_rows(path: Path, entity: Entity) -> bool:
+    """Whether a File Spark read no rows from has any: a line with text after the header (text
+    formats), or a row in its footer (Parquet)."""
+    if entity.format == "parquet":
+        import pyarrow.parquet as pq
+
+        return bool(pq.ParquetFile(path).metadata.num_rows)
+    from runner.staging.validate import open_binary
+
+    skip = 1 if entity.format == "csv" and entity.csv_header else 0
+    with open_binary(path) as handle:
+        for line in handle:
+            if skip:
+                skip -= 1
+                continue
+            if line.strip():
+                return True
+    return False
+
+
+def _changed_by_cast(name: str, raw: Column, data_type: str) -> Column:
+    """NULL, or why casting ``raw`` to ``data_type`` would store a different value than the File
+    holds (Spark rounds 10.005 into decimal(12,2) and truncates 1.5 into int without a word)."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    text = F.trim(raw.cast("string"))
+    cast = raw.cast(data_type)
+    changed: Column | None = None
+    t = data_type.lower()
+    if t in ("tinyint", "smallint", "int", "integer", "bigint"):
+        changed = ~text.rlike(r"^[+-]?[0-9]+(\.0*)?$")
+    elif t.startswith("decimal"):
+        m = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", t)
+        scale = int(m.group(2)) if m else 0
+        fraction = F.regexp_extract(text, r"^[+-]?[0-9]*\.([0-9]*)$", 1)
+        changed = F.when(
+            text.rlike(r"^[+-]?[0-9]*\.?[0-9]*$"),
+            F.substring(fraction, scale + 1, 1 << 20).rlike("[1-9]"),
+        ).otherwise(raw.cast("decimal(38,18)") != cast)
+    elif t == "date":
+        changed = raw.cast("timestamp") != cast.cast("timestamp")
+    elif t in ("timestamp", "timestamp_ntz"):
+        changed = text.rlike(r"[.,][0-9]{6}[0-9]*[1-9]")  # beyond microseconds
+    elif t in ("float", "double"):
+        changed = (F.abs(cast) == float("inf")) & ~text.rlike("(?i)inf")
+    elif re.fullmatch(r"(varchar|char)\(\d+\)", t):
+        width = int(t[t.index("(") + 1 : -1])
+        changed = F.length(raw.cast("string")) > width
+    if changed is None:
+        return F.lit(None).cast("string")
+    return F.when(
+        raw.isNotNull() & cast.isNotNull() & changed,
+        F.concat(
+            F.lit(f"column {name!r}: "),
+            _quoted(raw.cast("string"), 60),
+            F.lit(f" does not fit {data_type} unchanged (it would be stored as "),
+            F.coalesce(cast.cast("string"), F.lit("NULL")),
+            F.lit(")"),
+        ),
+    )
 
 
 def _quoted(column: Column, width: int) -> Column:
