@@ -50,7 +50,7 @@ def scan_text(path: Path, entity: Entity) -> str | None:
             except UnicodeDecodeError as exc:
                 return _bad_utf8(path, entity, offset - len(exc.object) + exc.start, exc.reason)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        return f"{path.name}: not a complete gzip File ({exc}); {offset} bytes could be read"
+        return f"{path.name}: not a complete gzip File ({exc})"
     except OSError as exc:
         return f"{path.name}: cannot be read: {exc}"
     return None
