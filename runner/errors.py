@@ -63,6 +63,7 @@ class UsageError(click.ClickException):
 
 # Substrings of Java exceptions that mean the input itself cannot be read: no retry helps.
 _UNREADABLE_INPUT = (
+    "Encountered error while reading file",  # Spark's FAILED_READ_FILE, whatever the format
     "java.io.EOFException",
     "Unexpected end of input stream",
     "java.util.zip.ZipException",
@@ -106,10 +107,14 @@ def classify(exc: BaseException, *, path: str | None = None, content_hash: str |
             return TransientError(f"destination connection: {_first_line(exc)}", **where)
     except ImportError:  # pragma: no cover
         pass
-    for marker in _UNREADABLE_INPUT:
-        if marker in text:
-            line = next((ln.strip() for ln in text.splitlines() if marker in ln), marker)
-            return TerminalError(f"cannot be read: {line[:300]}", **where)
     if any(marker in text for marker in _TRANSIENT) or isinstance(exc, ConnectionError):
         return TransientError(f"{type(exc).__name__}: {_first_line(exc)}", **where)
+    for marker in _UNREADABLE_INPUT:
+        if marker in text:
+            lines = [ln.strip() for ln in text.splitlines()]
+            cause = [ln for ln in lines if ln.startswith("Caused by:") and "SparkException" not in ln]
+            line = cause[0].removeprefix("Caused by:").strip() if cause else next(
+                (ln for ln in lines if marker in ln), marker
+            )
+            return TerminalError(f"cannot be read: {line[:300]}", **where)
     return CdcError(f"{type(exc).__name__}: {_first_line(exc)}", **where)

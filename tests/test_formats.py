@@ -120,6 +120,13 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
         )
         _parquet(landing / "orders_parquet" / "a.parquet", ROWS)
         _parquet(landing / "orders_parquet" / "missing.parquet", ROWS, drop="note")
+        # Footer intact (pyarrow reads the header), data pages garbled: only Spark's read fails.
+        many = [(r[0], n, n, r[3], r[4], f"note {n}" * 20) for n, r in enumerate(ROWS * 500)]
+        _parquet(landing / "orders_parquet" / "corrupt.parquet", many)
+        data = bytearray((landing / "orders_parquet" / "corrupt.parquet").read_bytes())
+        for i in range(8, len(data) // 2):
+            data[i] = 0xA5
+        (landing / "orders_parquet" / "corrupt.parquet").write_bytes(bytes(data))
         with gzip.open(landing / "orders_csvgz" / "a.csv.gz", "wt", encoding="utf-8") as fh:
             fh.write(_csv(ROWS))
 
@@ -140,6 +147,9 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
         assert "broken.json: line 2, not a valid JSON object" in states["broken.json"].last_error
         assert states["missing.parquet"].state == "QUARANTINED"
         assert "column 'note': declared column missing" in states["missing.parquet"].last_error
+        # Staged with a.parquet in one read, it broke the read; alone, it is quarantined.
+        assert states["corrupt.parquet"].state == "QUARANTINED"
+        assert "corrupt.parquet: cannot be read" in states["corrupt.parquet"].last_error
         for name in ("a.json", "b.json.gz", "a.parquet", "a.csv.gz"):
             assert states[name].state == "STAGED", (name, states[name].last_error)
 
