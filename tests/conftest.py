@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,83 @@ def read_table(target: str, spark, project, schema: str, table: str) -> list[dic
     """Every row of schema.table on the destination under test."""
     q = "`" if target == "local" else '"'
     return query(target, spark, project, f"select * from {q}{schema}{q}.{q}{table}{q}")
+
+
+class Cli:
+    """The documented commands as real processes, from a fresh project root (as a user types
+    them: options after the subcommand where dbt users put them)."""
+
+    def __init__(self, root: Path, target: str, schema: str) -> None:
+        import sys
+
+        self.root = root
+        self.target = target
+        self.bin = Path(sys.executable).parent
+        self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
+        self.env.pop("CDC_HOME", None)
+        if target == "postgres":
+            self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
+
+    def start(self, *args: str, **kwargs: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            args,
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            args, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
+        )
+        assert out.returncode in ok, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        return out
+
+    def runner(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        return self("runner", "--target", self.target, *args, ok=ok)
+
+    def dbt(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        return self("dbt", *args, "--project-dir", "dbt_project", "--target", self.target, ok=ok)
+
+    def table(self, relation: str) -> list[dict]:
+        """Every row of a model or source through `dbt show` (the destination's own answer)."""
+        import json
+
+        out = self.dbt(
+            "show", "-q", "--output", "json", "--limit", "-1", "--inline",
+            f"select * from {relation}",
+        )
+        return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
+
+
+@pytest.fixture
+def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
+    """A function making a Cli on a fresh project root for a target, with its schemas dropped
+    after the test on PostgreSQL."""
+    from runner.spark_session import link_iceberg_jar
+
+    def make(target: str) -> Cli:
+        root = make_project(tmp_path / "repo")
+        link_iceberg_jar(root)
+        if target == "postgres":
+            schema = request.getfixturevalue("pg_schema")
+            request.addfinalizer(lambda: _drop_pg_schema(request, schema + "_audit"))
+        else:
+            schema = "cli_test"
+        cli = Cli(root, target, schema)
+        cli("dbt", "deps", "--project-dir", "dbt_project")
+        return cli
+
+    return make
+
+
+def _drop_pg_schema(request: pytest.FixtureRequest, name: str) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(request.getfixturevalue("pg_url"))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+    engine.dispose()

@@ -175,7 +175,7 @@
       from {{ batch }}
       group by {{ lin.file_hash }}
     ) as cdc_counts on cdc_counts.file_hash = cdc_files.file_hash
-    {#- Never a second marker, should another apply of this table have written one meanwhile. -#}
+    {# Never a second marker, should another apply of this table have written one meanwhile. #}
     where cdc_files.file_hash not in (
       select cdc_markers.file_hash from {{ markers_rel }} as cdc_markers
       where cdc_markers.target_table = {{ this_table }}
