@@ -347,3 +347,35 @@ def test_snapshot_sql_renders_and_parses(render_project: Path, target: str, dial
         assert {lin["snapshot_insert_process_id"], lin["snapshot_inserted_at"]} <= names
     update = statements[2].find(sqlglot.exp.Update) or statements[2]
     assert lin["snapshot_update_process_id"] in update.sql(dialect)
+
+
+NASTY = "it's a \\ test' or 'a'='a"
+
+
+@pytest.mark.parametrize("target", ["databricks", "bigquery", "postgres"])
+def test_every_literal_the_package_renders_is_escaped_for_its_dialect(
+    render_project: Path, target: str, request: pytest.FixtureRequest
+) -> None:
+    """`cdc.sql_string` reads back as the very value on Spark (run here), in BigQuery's
+    dialect (parsed) and on PostgreSQL (run here): a quote or backslash in a name or id from
+    configuration or the command line cannot end the literal."""
+    literal = _render(render_project, target, "{{ cdc.sql_string(var('v')) }}",
+                      "--vars", yaml.safe_dump({"v": NASTY}))
+    literal = literal.split("\n")[0].strip()
+    if target == "databricks":
+        spark = request.getfixturevalue("spark")
+        assert spark.sql(f"select {literal} as v").first()["v"] == NASTY
+    elif target == "bigquery":
+        parsed = sqlglot.parse_one(f"select {literal} as v", read="bigquery")
+        assert parsed.find(sqlglot.exp.Literal).this == NASTY
+    else:
+        import psycopg2
+
+        request.getfixturevalue("pg_url")
+        conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"select {literal}")
+                assert cur.fetchone()[0] == NASTY
+        finally:
+            conn.close()

@@ -23,7 +23,7 @@
   {%- if value is not string or not modules.re.fullmatch('[A-Za-z_][A-Za-z0-9_]{0,62}', value) -%}
     {{ exceptions.raise_compiler_error(
         what ~ " must be a plain identifier (letters, digits, underscore; not starting with a "
-        ~ "digit; at most 63 characters), got " ~ (value | string | tojson)) }}
+        ~ "digit; at most 63 characters), got \"" ~ value ~ "\"") }}
   {%- endif -%}
   {{ return(value) }}
 {% endmacro %}
