@@ -82,7 +82,11 @@ def test_errors_are_one_line_with_exit_2_and_traceback_only_with_debug(tmp_path:
     assert out.stderr.strip().count("\n") == 0
     assert "no target 'nowhere'" in out.stderr and "Traceback" not in out.stderr
     debug = run("--debug", "--target", "nowhere", "status", cwd=root)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    assert debug.returncode == 2 and "Traceback" in debug.stderr  # the same exit code
+    unexpected = run(
+        "--debug", "--audit-url", "postgresql+psycopg2://nobody@127.0.0.1:1/x", "status", cwd=root
+    )
+    assert unexpected.returncode == 2 and "Traceback" in unexpected.stderr
     usage = run("status", "--no-such-flag", cwd=root)
     assert usage.returncode == 2
 
@@ -119,3 +123,45 @@ def test_audit_url_password_never_reaches_output(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert secret not in out.stdout + out.stderr
+
+
+def test_retry_puts_failed_and_quarantined_files_back_with_an_event(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    db = AuditDB(f"sqlite:///{root / '.cdc' / 'local' / 'audit.db'}", max_attempts=1)
+    db.upgrade()
+    pid = new_process_id()
+    db.start_run(pid, "test", "local")
+    ids = {}
+    for name, digit in (("failed", "1"), ("bad", "2"), ("staged", "3"), ("failed2", "4")):
+        rec = db.register_file(
+            entity="orders" if name == "failed2" else "customers",
+            path=f"/l/{name}.csv",
+            size=1,
+            mtime=utcnow(),
+            content_hash=digit * 64,
+            process_id=pid,
+        ).file
+        db.claim(rec.id, pid)
+        ids[name] = rec.id
+    db.record_failure(ids["failed"], pid, "boom")
+    db.record_failure(ids["failed2"], pid, "boom")
+    db.quarantine(ids["bad"], pid, "bad.csv: line 2, ...")
+    db.mark_staged(ids["staged"], pid, pid)
+    assert {f.id: f.state for f in db.files()}[ids["failed"]] == "FAILED"
+
+    nothing = run("retry", cwd=root)
+    assert nothing.returncode == 2 and "--failed" in nothing.stderr
+    staged = run("retry", str(ids["staged"]), cwd=root)
+    assert staged.returncode == 2 and "is STAGED" in staged.stderr
+    out = run("retry", "--failed", "--entity", "customers", "/l/bad.csv", cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "2 File(s) back to PENDING" in out.stdout
+    states = {f.id: (f.state, f.attempts) for f in db.files()}
+    assert states[ids["failed"]] == ("PENDING", 0) and states[ids["bad"]] == ("PENDING", 0)
+    assert states[ids["failed2"]][0] == "FAILED"  # another entity: left alone
+    by_hash = run("retry", "44444444", cwd=root)  # a content hash prefix
+    assert by_hash.returncode == 0 and db.get(ids["failed2"]).state == "PENDING"
+    last = db.events(ids["bad"])[-1]
+    assert (last["from_state"], last["to_state"]) == ("QUARANTINED", "PENDING")
+    assert "runner retry" in last["detail"]
+    db.dispose()
