@@ -8,8 +8,8 @@ from audit.store import (
     IllegalTransition,
     Recovery,
     Registration,
-    process_alive,
     open_audit_db,
+    process_alive,
     redact_url,
     utcnow,
 )

@@ -20,12 +20,10 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
-    and_,
     case,
     create_engine,
     event,
     insert,
-    literal,
     select,
     text,
     update,
@@ -640,9 +638,7 @@ class AuditDB:
             detail=error,
         )
 
-    def release(
-        self, file_id: int, owner: str, reason: str, *, lapse: bool = False
-    ) -> FileRecord:
+    def release(self, file_id: int, owner: str, reason: str, *, lapse: bool = False) -> FileRecord:
         """PROCESSING -> PENDING without counting the attempt: the failure was not this File's
         (a lost connection, another File's error, a run stopped before reaching it). ``lapse``:
         the failure could not be pinned on one File, so stage this one alone next time."""
@@ -705,9 +701,15 @@ class AuditDB:
         stale = now - timedelta(seconds=self.lease_seconds)
         aborted: list[str] = []
         with self.engine.connect() as conn:
-            running = conn.execute(
-                select(runs_t).where(runs_t.c.outcome == "running").order_by(runs_t.c.process_id)
-            ).mappings().all()
+            running = (
+                conn.execute(
+                    select(runs_t)
+                    .where(runs_t.c.outcome == "running")
+                    .order_by(runs_t.c.process_id)
+                )
+                .mappings()
+                .all()
+            )
         live: set[str] = set()
         for run in running:
             if run["process_id"] == process_id:
@@ -720,7 +722,9 @@ class AuditDB:
                 with self.engine.begin() as conn:
                     done = conn.execute(
                         update(runs_t)
-                        .where(runs_t.c.process_id == run["process_id"], runs_t.c.outcome == "running")
+                        .where(
+                            runs_t.c.process_id == run["process_id"], runs_t.c.outcome == "running"
+                        )
                         .values(
                             outcome="aborted",
                             ended_at=now,
@@ -785,7 +789,11 @@ class AuditDB:
                     rec = FileRecord(**row)
                     reclaimed.append(rec)
                     self._event(
-                        conn, rec.id, FileState.PROCESSING.value, rec.state, process_id,
+                        conn,
+                        rec.id,
+                        FileState.PROCESSING.value,
+                        rec.state,
+                        process_id,
                         rec.last_error,
                     )
         return Recovery(aborted, reclaimed)

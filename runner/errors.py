@@ -90,8 +90,13 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:500] if text else type(exc).__name__
 
 
-def classify(exc: BaseException, *, path: str | None = None, content_hash: str | None = None,
-             process_id: str | None = None) -> CdcError:
+def classify(
+    exc: BaseException,
+    *,
+    path: str | None = None,
+    content_hash: str | None = None,
+    process_id: str | None = None,
+) -> CdcError:
     """The exception as a CdcError: TerminalError, TransientError, or a plain CdcError (unknown:
     record it against the File it can be pinned on, then re-raise)."""
     if isinstance(exc, CdcError):
@@ -112,9 +117,13 @@ def classify(exc: BaseException, *, path: str | None = None, content_hash: str |
     for marker in _UNREADABLE_INPUT:
         if marker in text:
             lines = [ln.strip() for ln in text.splitlines()]
-            cause = [ln for ln in lines if ln.startswith("Caused by:") and "SparkException" not in ln]
-            line = cause[0].removeprefix("Caused by:").strip() if cause else next(
-                (ln for ln in lines if marker in ln), marker
+            cause = [
+                ln for ln in lines if ln.startswith("Caused by:") and "SparkException" not in ln
+            ]
+            line = (
+                cause[0].removeprefix("Caused by:").strip()
+                if cause
+                else next((ln for ln in lines if marker in ln), marker)
             )
             return TerminalError(f"cannot be read: {line[:300]}", **where)
     return CdcError(f"{type(exc).__name__}: {_first_line(exc)}", **where)

@@ -70,7 +70,6 @@ def ingest(
     settle_seconds: float = 0.0,
     progress: Progress | None = None,
 ) -> IngestResult:
-    from runner.staging.spark import FileToStage, stage_entity
 
     writer = staging_writer(project)
 
@@ -180,8 +179,7 @@ class _Stager:
                 process_id=self.process_id,
             )
             err.__cause__ = exc
-            log.debug("staging %d File(s) of %s failed", len(files), self.entity.name,
-                      exc_info=exc)
+            log.debug("staging %d File(s) of %s failed", len(files), self.entity.name, exc_info=exc)
             return err
 
     def stage(self, claimed: list[FileRecord]) -> None:
@@ -200,7 +198,9 @@ class _Stager:
             return
         log.warning(
             "staging %d Files of %s together failed (%s); staging them one by one",
-            len(claimed), self.entity.name, outcome.message,
+            len(claimed),
+            self.entity.name,
+            outcome.message,
         )
         unknown: list[tuple[FileRecord, CdcError]] = []
         succeeded = 0

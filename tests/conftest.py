@@ -191,7 +191,13 @@ class Cli:
         import json
 
         out = self.dbt(
-            "show", "-q", "--output", "json", "--limit", "-1", "--inline",
+            "show",
+            "-q",
+            "--output",
+            "json",
+            "--limit",
+            "-1",
+            "--inline",
             f"select * from {relation}",
         )
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]

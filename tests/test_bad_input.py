@@ -52,7 +52,9 @@ def bad_files(folder: Path, target: str) -> dict[str, str]:
         "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at,name\n"
     )
     expected = {
-        "late_bad_utf8.csv": "late_bad_utf8.csv: line 402, column 45 (field 'name'): not valid UTF-8",
+        "late_bad_utf8.csv": (
+            "late_bad_utf8.csv: line 402, column 45 (field 'name'): not valid UTF-8"
+        ),
         "rounding.csv": (
             "rounding.csv: line 3, column 'balance': \"10.005\" does not fit decimal(12,2) "
             "unchanged (it would be stored as 10.01)"
@@ -68,7 +70,10 @@ def bad_files(folder: Path, target: str) -> dict[str, str]:
 
 
 def test_bad_files_are_quarantined_precisely_and_good_files_under_any_path_are_staged(
-    spark, spark_project: Path, tmp_path: Path, target: str  # noqa: F811
+    spark,
+    spark_project: Path,
+    tmp_path: Path,
+    target: str,  # noqa: F811
 ) -> None:
     project = Project.load(spark_project, target=target)
     entity = load_entities(project)["customers"]

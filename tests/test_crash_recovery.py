@@ -1,11 +1,13 @@
 """A crash at any moment is recovered by running the same command again, at once (issue
 "Exactly once", class 5 and the kill tests).
 
-`runner run` is killed (SIGKILL, through tests/kill_at.py) while hashing, while staging before
-and after the staged-files manifest, between the target MERGE and the markers, and during
-reconcile; each time the same command, run again right away, finishes the job: no waiting for
-a lease, the killed run closed as `aborted`, no File counted as failed, every File COMMITTED
-with one marker, and the table equal to the oracle's. The landing path has a space, an '@' and
+`runner ingest` is killed (SIGKILL, through tests/kill_at.py) while hashing and while staging
+before and after the staged-files manifest; `runner run` between the target MERGE and the
+markers and during reconcile. Each time the same command, run again right away, finishes the
+job: no waiting for a lease, the killed run closed as `aborted`, no attempt counted against a
+File, every File STAGED (ingest) or COMMITTED with one marker (run), and in the end the table
+equals the oracle's with one marker per File. On local Spark two `dbt build`s also race to
+apply the staged Files between two phases. The landing path has a space, an '@' and
 a non-ASCII letter (class 1 through the real CLI).
 """
 
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_concurrency import applied
+from test_concurrency import applied, two_builds_at_once
 from test_contract import oracle
 
 from runner.generate import generate_customers
@@ -29,7 +31,14 @@ from runner.generate import generate_customers
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
 KILL_AT = Path(__file__).parent / "kill_at.py"
-PHASES = ["hash", "stage-before-manifest", "stage-after-manifest", "before-markers", "reconcile"]
+# Each phase, the command killed in it (and run again), and the state every File is in after.
+PHASES = [
+    ("hash", "ingest", "STAGED"),
+    ("stage-before-manifest", "ingest", "STAGED"),
+    ("stage-after-manifest", "ingest", "STAGED"),
+    ("before-markers", "run", "COMMITTED"),
+    ("reconcile", "run", "COMMITTED"),
+]
 ROUNDS = [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9, 10]]  # Files landed before each phase
 
 
@@ -58,7 +67,9 @@ def _killed(cli, phase: str, *args: str) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
-    cli_project, tmp_path: Path, target: str  # noqa: ANN001
+    cli_project,
+    tmp_path: Path,
+    target: str,  # noqa: ANN001
 ) -> None:
     cli = cli_project(target)
     pool = tmp_path / "pool"
@@ -66,35 +77,41 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
     landing = tmp_path / 'landing dir "x@ñ"'
     (landing / "customers").mkdir(parents=True)
     landed: list[Path] = []
-    for phase, batch in zip(PHASES, ROUNDS, strict=True):
+    for (phase, command, state), batch in zip(PHASES, ROUNDS, strict=True):
         for i in batch:
             landed.append(files[i].rename(landing / "customers" / files[i].name))
-        _killed(cli, phase, "run", "--landing", str(landing))
-        started = time.monotonic()
-        again = cli.runner("run", "--landing", str(landing))
-        assert time.monotonic() - started < 300
-        status = {Path(f["path"]).name: f for f in json.loads(cli.runner("status", "--json").stdout)}
-        assert {n: f["state"] for n, f in status.items()} == {
-            p.name: "COMMITTED" for p in landed
+        _killed(cli, phase, command, "--landing", str(landing))
+        again = cli.runner(command, "--landing", str(landing))  # at once: no lease to wait out
+        files_now = _audit(cli, "select path, state, attempts from files")
+        assert {Path(p).name: (s, a) for p, s, a in files_now} == {
+            p.name: (state, 1) for p in landed
         }, (phase, again.stdout, again.stderr)
-        assert all(f["attempts"] <= 1 for f in status.values()), (phase, status)
+        if phase == "stage-after-manifest" and target == "local":
+            # Staged, not applied: two builds race to apply them (class 2 on local Spark).
+            two_builds_at_once(cli)
 
     assert applied(cli, landed) == oracle(landed)
-    runs = _runs(cli)
+    runs = [r[0] for r in _audit(cli, "select outcome from runs")]
     assert runs.count("aborted") == len(PHASES) and "running" not in runs, runs
+    # The documented status command agrees.
+    status = json.loads(cli.runner("status", "--json").stdout)
+    assert sorted(Path(f["path"]).name for f in status if f["state"] == "COMMITTED") == sorted(
+        p.name for p in landed
+    )
 
 
-def _runs(cli) -> list[str]:  # noqa: ANN001
-    """The outcome of every run in the Audit DB."""
+def _audit(cli, sql: str) -> list[tuple]:  # noqa: ANN001
+    """Rows of the project's Audit DB (read directly: quicker than a process per check)."""
     if cli.target == "local":
         with sqlite3.connect(cli.root / ".cdc" / "local" / "audit.db") as conn:
-            return [r[0] for r in conn.execute("select outcome from runs")]
+            return list(conn.execute(sql))
     import psycopg2
 
     conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test")
     try:
         with conn.cursor() as cur:
-            cur.execute(f'select outcome from "{cli.env["CDC_AUDIT_SCHEMA"]}".runs')
-            return [r[0] for r in cur.fetchall()]
+            cur.execute(f'set search_path to "{cli.env["CDC_AUDIT_SCHEMA"]}"')
+            cur.execute(sql)
+            return list(cur.fetchall())
     finally:
         conn.close()

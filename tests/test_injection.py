@@ -22,7 +22,9 @@ def test_an_entity_name_that_is_not_an_identifier_stops_the_build(cli_project) -
     generate_customers(landing / "customers", initial=20, files=1, changes_per_file=5)
     cli.runner("ingest", "--landing", str(landing))
     sources = cli.root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
-    sources.write_text(sources.read_text().replace("- name: customers\n", f'- name: "{BAD_NAME}"\n'))
+    sources.write_text(
+        sources.read_text().replace("- name: customers\n", f'- name: "{BAD_NAME}"\n')
+    )
     stg = cli.root / "dbt_project" / "models" / "staging" / "stg_customers.sql"
     stg.write_text(stg.read_text().replace("'customers'", f'"{BAD_NAME}"'))
     out = cli.dbt("build", "--select", "stg_customers", "customers", ok=(1,))

@@ -359,8 +359,13 @@ def test_every_literal_the_package_renders_is_escaped_for_its_dialect(
     """`cdc.sql_string` reads back as the very value on Spark (run here), in BigQuery's
     dialect (parsed) and on PostgreSQL (run here): a quote or backslash in a name or id from
     configuration or the command line cannot end the literal."""
-    literal = _render(render_project, target, "{{ cdc.sql_string(var('v')) }}",
-                      "--vars", yaml.safe_dump({"v": NASTY}))
+    literal = _render(
+        render_project,
+        target,
+        "{{ cdc.sql_string(var('v')) }}",
+        "--vars",
+        yaml.safe_dump({"v": NASTY}),
+    )
     literal = literal.split("\n")[0].strip()
     if target == "databricks":
         spark = request.getfixturevalue("spark")

@@ -224,9 +224,10 @@ def _stage_group(
             .agg(
                 F.count("*").alias("read"),
                 F.count(ERROR).alias("bad"),
-                F.min_by(F.struct(lineage["row_number"], ERROR), F.when(
-                    F.col(ERROR).isNotNull(), F.col(lineage["row_number"])
-                )).alias("first"),
+                F.min_by(
+                    F.struct(lineage["row_number"], ERROR),
+                    F.when(F.col(ERROR).isNotNull(), F.col(lineage["row_number"])),
+                ).alias("first"),
                 F.count_distinct(
                     F.when(F.col(ERROR).isNull(), F.struct(*[F.col(c) for c in business]))
                 ).alias("distinct"),

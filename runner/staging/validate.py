@@ -12,7 +12,6 @@ from typing import BinaryIO
 
 from runner.entities import Entity
 
-
 CHUNK = 1 << 20
 
 

@@ -16,7 +16,8 @@ depends_on = None
 
 def _schema() -> str | None:
     # ALTER TABLE is not covered by the engine's schema_translate_map: name the schema.
-    return op.get_context().config.attributes.get("schema")
+    config = op.get_context().config
+    return config.attributes.get("schema") if config is not None else None
 
 
 def upgrade() -> None:
