@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import csv
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import drop_database, read_table
@@ -176,6 +179,36 @@ def dbt_build(proj: Path, target: str, *extra: str):
     )
 
 
+@contextmanager
+def failing_before_markers() -> Iterator[None]:
+    """dbt in this process fails at the markers INSERT: on Spark before it runs (after the
+    MERGE), on PostgreSQL right after the whole apply ran, before its COMMIT."""
+    from dbt.adapters.postgres.connections import PostgresConnectionManager
+    from kill_at import is_marker_insert
+    from pyspark.sql import SparkSession
+
+    spark_sql, add_query = SparkSession.sql, PostgresConnectionManager.add_query
+
+    def sql(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        if is_marker_insert(query):
+            raise RuntimeError("injected failure before the markers")
+        return spark_sql(self, query, *args, **kwargs)
+
+    def pg_add_query(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+        result = add_query(self, query, *args, **kwargs)
+        if is_marker_insert(query):
+            raise RuntimeError("injected failure before the COMMIT")
+        return result
+
+    SparkSession.sql = sql  # type: ignore[method-assign]
+    PostgresConnectionManager.add_query = pg_add_query  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        SparkSession.sql = spark_sql  # type: ignore[method-assign]
+        PostgresConnectionManager.add_query = add_query  # type: ignore[method-assign]
+
+
 def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     spark, spark_project: Path, dbt_deps: Path, tmp_path: Path, target: str
 ) -> None:
@@ -233,7 +266,8 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     # A run that fails after the MERGE and before the markers, then a normal run.
     good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
     run_ingest()
-    failed = dbt_build(dbt_deps, target, "--vars", "{cdc_fail_before_markers: true}")
+    with failing_before_markers():
+        failed = dbt_build(dbt_deps, target)
     assert not failed.success
     markers = read_table(target, spark, project, schema, markers_table)
     assert "20260301-082000000.csv" not in {m["file_name"] for m in markers}

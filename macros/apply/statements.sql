@@ -151,10 +151,6 @@
   {%- endset -%}
   {%- do statements.append(sql) -%}
 
-  {%- if var('cdc_fail_before_markers', false) -%}
-    {#- Fault injection for the crash-recovery tests: stop between the MERGE and the markers. -#}
-    {%- do statements.append("select cdc_fail_before_markers_was_set from cdc_no_such_table") -%}
-  {%- endif -%}
 
   {#- 4. One Applied File Marker per File of the batch, after the target changed. -#}
   {%- set sql -%}
