@@ -214,7 +214,7 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
         link_iceberg_jar(root)
         if target == "postgres":
             schema = request.getfixturevalue("pg_schema")
-            request.addfinalizer(lambda: _drop_pg_schema(request, schema + "_audit"))
+            request.addfinalizer(lambda: drop_pg_schema(request, schema + "_audit"))
         else:
             schema = "cli_test"
         cli = Cli(root, target, schema)
@@ -224,7 +224,7 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
     return make
 
 
-def _drop_pg_schema(request: pytest.FixtureRequest, name: str) -> None:
+def drop_pg_schema(request: pytest.FixtureRequest, name: str) -> None:
     import sqlalchemy as sa
 
     engine = sa.create_engine(request.getfixturevalue("pg_url"))

@@ -71,7 +71,7 @@ def test_two_overlapping_builds_on_postgres_apply_each_file_once(cli_project, pg
 
     cli = cli_project("postgres")
     landing = cli.root / "landing"
-    files = generate_customers(landing / "customers", initial=12000, files=4, changes_per_file=3000)
+    files = generate_customers(landing / "customers", initial=3000, files=4, changes_per_file=1000)
     for f in files[1:]:  # the full load first, applied alone; the changes race
         f.rename(f.with_suffix(".later"))
     cli.runner("ingest", "--landing", str(landing))

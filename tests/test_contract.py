@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import make_project
+from conftest import drop_pg_schema, make_project
 
 from runner.generate import generate_customers
 from runner.spark_session import link_iceberg_jar
@@ -57,7 +57,7 @@ def test_the_documented_commands_produce_the_expected_table(
         schema = request.getfixturevalue("pg_schema")
         env["CDC_SCHEMA"] = schema
         env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
-        request.addfinalizer(lambda: _drop_schema(request, schema + "_audit"))
+        request.addfinalizer(lambda: drop_pg_schema(request, schema + "_audit"))
     else:
         env["CDC_SCHEMA"] = "contract"
 
@@ -119,12 +119,3 @@ def test_the_documented_commands_produce_the_expected_table(
         for r in shown
     }
     assert actual == oracle(files)
-
-
-def _drop_schema(request: pytest.FixtureRequest, name: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(request.getfixturevalue("pg_url"))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-    engine.dispose()

@@ -86,6 +86,26 @@ def oracle(path: Path) -> list[tuple]:
     return out
 
 
+def staged_tuples(rows: list[dict]) -> list[tuple]:
+    """Staged customers rows in the oracle's shape, sorted."""
+    lin = lineage_columns()
+    return sorted(
+        (
+            r[lin["file_name"]],
+            r[lin["row_number"]],
+            r["op"],
+            r["ar_h_change_seq"],
+            r["customer_id"],
+            r["name"],
+            r["email"],
+            r["tier"],
+            r["balance"],
+            r["updated_at"],
+        )
+        for r in rows
+    )
+
+
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "postgres":
@@ -128,23 +148,8 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
 
     lin = lineage_columns()
     rows = read_table(target, spark, project, entity.staging_schema, entity.staging_table)
-    actual = sorted(
-        (
-            r[lin["file_name"]],
-            r[lin["row_number"]],
-            r["op"],
-            r["ar_h_change_seq"],
-            r["customer_id"],
-            r["name"],
-            r["email"],
-            r["tier"],
-            r["balance"],
-            r["updated_at"],
-        )
-        for r in rows
-    )
     expected = sorted(row for p in good for row in oracle(p))
-    assert actual == expected
+    assert staged_tuples(rows) == expected
     hashes = {Path(f.path).name: f.content_hash for f in db.files()}
     for r in rows:
         assert r[lin["process_id"]] == pid
