@@ -4,12 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup demo test test-fast lint format bench clean help
+.PHONY: setup demo test test-fast lint format bench bq-up bq-down clean help
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
 	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
+	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks as side-by-side ratios (about 22 min; not part of make test)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
@@ -24,6 +25,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 	$(BIN)/runner init
+	$(BIN)/python tools/bq_emulator.py install
 	cd dbt_project && ../$(BIN)/dbt deps --quiet
 	@echo "setup done: next, 'make demo' or 'make test'"
 
@@ -33,6 +35,13 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest
+
+# The local BigQuery emulator the bigquery target points at by default (own venv: .venv-bq).
+bq-up: setup
+	$(BIN)/python tools/bq_emulator.py up
+
+bq-down:
+	$(BIN)/python tools/bq_emulator.py down
 
 # Not part of `make test`: ratios against a baseline in one run, written to bench/results/latest.json.
 bench: setup

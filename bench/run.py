@@ -221,7 +221,7 @@ class Bench:
 
     # 2b. on PostgreSQL: the apply against a hand-written INSERT ... ON CONFLICT plus DELETE
     def apply_vs_handwritten_postgres(self, rows: int) -> dict:
-        from runner.staging.postgres import connect
+        from runner.destinations.postgres import connect
 
         self.files(f"apply_{rows}", rows, 10)  # the same Files as on Spark
         load, changes = self.data / "apply_load", self.data / "apply_changes"

@@ -65,23 +65,91 @@ class RunnerGroup(click.Group):
     """Turns expected errors into one line and an exit code instead of a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        debug = bool(ctx.params.get("debug", False))
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except CdcError as exc:
+            debug = _debug(ctx)
             if debug:
                 traceback.print_exc()
             click.echo(f"error: {exc.message}", err=True)
             ctx.exit(ExitCode.ERROR)
         except Exception as exc:  # unexpected: still one line unless --debug
+            debug = _debug(ctx)
             if debug:
                 traceback.print_exc()
             click.echo(f"error: {type(exc).__name__}: {_one_line(exc)}", err=True)
             if not debug:
                 click.echo("run again with --debug for the traceback", err=True)
             ctx.exit(ExitCode.ERROR)
+
+
+def _debug(ctx: click.Context) -> bool:
+    """--debug, given before or after the subcommand."""
+    return bool(ctx.params.get("debug")) or bool(getattr(ctx.obj, "debug", False))
+
+
+def _configure_logging(debug: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    log.setLevel(logging.DEBUG if debug else logging.INFO)
+
+
+# The options every command takes, before or after its name (`runner ingest --target prod`, as
+# `dbt build --target prod`): (parameter names, Context field, help, is a flag).
+GLOBAL_OPTIONS: list[tuple[tuple[str, ...], str, str, bool]] = [
+    (
+        ("--project-dir",),
+        "project_dir",
+        "Repository root holding runner.yml, profiles.yml and dbt_project/ (default: .).",
+        False,
+    ),
+    (("--target", "-t"), "target", "dbt profile target (default: the profile's).", False),
+    (("--profiles-dir",), "profiles_dir", "Folder holding profiles.yml.", False),
+    (
+        ("--audit-url",),
+        "audit_url",
+        "Audit DB SQLAlchemy URL (default: SQLite under the state folder; for a postgres "
+        "target, the same server).",
+        False,
+    ),
+    (("--audit-schema",), "audit_schema", "PostgreSQL schema of the Audit DB.", False),
+    (("--debug",), "debug", "Show tracebacks and debug logs.", True),
+]
+
+
+def global_options(func: Any) -> Any:
+    """Accept the group's options after the subcommand too; a value given there wins."""
+
+    def setter(field: str) -> Any:
+        def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+            if value is None or value is False:
+                return
+            obj = ctx.find_object(Context)
+            if obj is None:  # pragma: no cover - the group always sets it
+                return
+            setattr(obj, field, value)
+            if field == "debug":
+                _configure_logging(True)
+
+        return callback
+
+    for names, field, help_text, flag in reversed(GLOBAL_OPTIONS):
+        func = click.option(
+            *names,
+            field,
+            is_flag=flag,
+            default=False if flag else None,
+            expose_value=False,
+            callback=setter(field),
+            help=help_text,
+        )(func)
+    return func
 
 
 def _one_line(exc: BaseException) -> str:
@@ -121,17 +189,17 @@ def main(
     audit_schema: str | None,
     debug: bool,
 ) -> None:
-    """Find CDC Files, record them in the Audit DB, stage them with Spark; dbt applies them."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    """Find CDC Files, record them in the Audit DB, stage them with Spark; dbt applies them.
+
+    Global options go before or after the command, as with dbt:
+    `runner ingest --landing landing --target postgres`.
+    """
+    _configure_logging(debug)
     ctx.obj = Context(project_dir, target, profiles_dir, audit_url, audit_schema, debug)
 
 
 @main.command()
+@global_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per File.")
 @click.option("--entity", help="Only this entity's Files.")
 @click.pass_obj
@@ -283,6 +351,7 @@ def _ingest_args(
 
 
 @main.command()
+@global_options
 @ingest_options
 @click.pass_obj
 def ingest(
@@ -317,6 +386,7 @@ def ingest(
 
 
 @main.command()
+@global_options
 @click.pass_obj
 def reconcile(obj: Context) -> None:
     """Mark STAGED Files COMMITTED where the destination holds their Applied File Marker."""
@@ -332,6 +402,7 @@ def reconcile(obj: Context) -> None:
 
 
 @main.command()
+@global_options
 @ingest_options
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
@@ -384,6 +455,7 @@ def run(
 
 
 @main.command()
+@global_options
 @click.argument("files", nargs=-1)
 @click.option("--failed", is_flag=True, help="Every FAILED File.")
 @click.option("--quarantined", is_flag=True, help="Every QUARANTINED File.")
@@ -440,6 +512,7 @@ def _resolve_file(db: Any, ref: str) -> int:
 
 
 @main.command()
+@global_options
 @click.option("--entity", "entity_name", default="customers", show_default=True)
 @click.option(
     "--out",
@@ -518,6 +591,7 @@ def audit() -> None:
 
 
 @audit.command("upgrade")
+@global_options
 @click.pass_obj
 def audit_upgrade(obj: Context) -> None:
     """Create or migrate the Audit DB tables to the newest revision."""
@@ -539,6 +613,7 @@ def audit_upgrade(obj: Context) -> None:
 
 
 @main.command()
+@global_options
 @click.pass_obj
 def init(obj: Context) -> None:
     """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check."""

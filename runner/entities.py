@@ -80,7 +80,7 @@ def _render(value: Any, project: Project) -> Any:
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.globals["env_var"] = lambda name, default=None: os.environ.get(name, default)
-    return env.from_string(value).render(target=project.target)
+    return env.from_string(value).render(target=project.target_context)
 
 
 def load_entities(project: Project) -> dict[str, Entity]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import AuditDB, FileRecord, IllegalTransition
+from runner.destinations import destination_for
 from runner.discover import LandedFile, discover, settle
 from runner.entities import Entity, load_entities
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
@@ -18,7 +19,8 @@ from runner.project import Project
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from runner.staging.spark import StageResult, StagingWriter
+    from runner.destinations import Destination
+    from runner.staging.spark import StageResult
 
 log = logging.getLogger("runner.ingest")
 
@@ -42,22 +44,6 @@ def landing_roots(project: Project, landing: list[str] | None) -> list[Path]:
     return [(project.root / r) if not Path(r).is_absolute() else Path(r) for r in roots]
 
 
-def staging_writer(project: Project) -> StagingWriter:
-    """Where staged rows go: Iceberg tables on Spark targets, COPY on PostgreSQL."""
-    if project.target_type == "spark":
-        from runner.staging.iceberg import IcebergWriter
-
-        return IcebergWriter("iceberg")
-    if project.target_type == "postgres":
-        from runner.staging.postgres import PostgresWriter
-
-        return PostgresWriter(project.target, project.state_dir / project.target_name / "scratch")
-    raise ConfigError(
-        f"staging to a {project.target_type!r} target is not built yet; `runner ingest` stages "
-        "to the local Spark + Iceberg target and to PostgreSQL"
-    )
-
-
 def ingest(
     project: Project,
     db: AuditDB,
@@ -71,7 +57,7 @@ def ingest(
     progress: Progress | None = None,
 ) -> IngestResult:
 
-    writer = staging_writer(project)
+    destination = destination_for(project)
 
     entities = load_entities(project)
     unknown = sorted(set(entity_names or []) - set(entities))
@@ -123,7 +109,7 @@ def ingest(
                 result.registered += 1
                 result.duplicates += reg.file.state == "DUPLICATE"
             progress.advance("hash", entity.name, bytes=landed.size)
-        stager = _Stager(spark, db, entity, process_id, writer, result, progress)
+        stager = _Stager(spark, db, entity, process_id, destination, result, progress)
         # Files that were in flight when a run died are staged alone first: if one of them
         # kills the process again, that lapse is pinned on it (and it ends FAILED).
         suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
@@ -156,20 +142,29 @@ class _Stager:
         db: AuditDB,
         entity: Entity,
         process_id: str,
-        writer: StagingWriter,
+        destination: Destination,
         result: IngestResult,
         progress: Progress,
     ) -> None:
         self.spark, self.db, self.entity = spark, db, entity
-        self.process_id, self.writer = process_id, writer
+        self.process_id, self.destination = process_id, destination
+        self.writer = destination.writer()
         self.result, self.progress = result, progress
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
-        from runner.staging.spark import FileToStage, stage_entity
+        from runner.destinations import FileToStage
+        from runner.staging.spark import stage_entity
 
         to_stage = [FileToStage(c.id, Path(c.path), c.content_hash) for c in files]
         try:
-            return stage_entity(self.spark, self.entity, to_stage, self.process_id, self.writer)
+            return stage_entity(
+                self.spark,
+                self.entity,
+                to_stage,
+                self.process_id,
+                self.writer,
+                self.destination.file_identity,
+            )
         except Exception as exc:  # decided below, per File
             one = files[0] if len(files) == 1 else None
             err = classify(

@@ -120,10 +120,6 @@ class Project:
     def state_dir(self) -> Path:
         return (self.root / self.settings.state_dir).resolve()
 
-    @property
-    def target_type(self) -> str:
-        return str(self.target.get("type", ""))
-
     @classmethod
     def load(
         cls,
@@ -184,6 +180,17 @@ class Project:
             return root
         return Path.home() / ".dbt"
 
+    @property
+    def target_context(self) -> dict[str, Any]:
+        """The target as dbt's ``target`` Jinja variable shows it: ``schema`` and ``database``
+        whatever the adapter calls them (BigQuery's ``dataset`` and ``project``)."""
+        ctx = dict(self.target)
+        for alias, name in (("dataset", "schema"), ("project", "database"), ("dbname", "database")):
+            if alias in ctx and name not in ctx:
+                ctx[name] = ctx[alias]
+        ctx.setdefault("name", self.target_name)
+        return ctx
+
     def target_setting(self, key: str) -> Any:
         return self.settings.targets.get(self.target_name, {}).get(key)
 
@@ -194,29 +201,18 @@ def audit_location(
     """Which Audit DB this invocation uses, as (SQLAlchemy URL, PostgreSQL schema or None).
 
     In order: an explicit URL (``--audit-url`` or ``CDC_AUDIT_URL``); runner.yml's
-    ``targets.<target>.audit_url``; for a postgres target, the same server as the profile, in
-    its own schema; otherwise a SQLite file under the state folder, one per target.
+    ``targets.<target>.audit_url``; the destination's default (for a postgres target, the same
+    server in its own schema; otherwise a SQLite file under the state folder, one per target).
     """
-    from sqlalchemy.engine import URL
+    from runner.destinations import destination_for
 
     schema = schema or project.target_setting("audit_schema")
     url = url or project.target_setting("audit_url")
     if url:
         url = os.path.expandvars(str(url))
-    elif project.target_type == "postgres":
-        t = project.target
-        url = URL.create(
-            "postgresql+psycopg2",
-            username=str(t.get("user")) if t.get("user") else None,
-            password=str(t.get("password")) if t.get("password") else None,
-            host=str(t.get("host", "127.0.0.1")),
-            port=int(t.get("port", 5432)),
-            database=str(t.get("dbname") or t.get("database")),
-        ).render_as_string(hide_password=False)
-        schema = schema or "cdc_audit"
     else:
-        path = project.state_dir / project.target_name / "audit.db"
-        url = f"sqlite:///{path}"
+        url, default_schema = destination_for(project).default_audit()
+        schema = schema or default_schema
     if schema:
         validate_identifier(schema, "audit schema")
         if not url.startswith("postgresql"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from audit import AuditDB
-from runner.lineage import state_tables
+from runner.destinations import destination_for
 from runner.project import Project
 
 if TYPE_CHECKING:
@@ -30,41 +30,8 @@ class ReconcileResult:
 
 def applied_markers(project: Project, spark: SparkSession | None = None) -> dict[str, list[str]]:
     """Content hash -> target tables holding its marker, read from the destination."""
-    spec = state_tables()["applied_files"]
-    schema = str(project.target.get("schema", ""))
-    table = spec["identifier"]
-    if project.target_type == "postgres":
-        from runner.staging.postgres import connect, q
-
-        conn = connect(project.target)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("select to_regclass(%s)", (f"{q(schema, table)}",))
-                if cur.fetchone()[0] is None:
-                    return {}
-                cur.execute(f"select file_hash, target_table from {q(schema, table)}")
-                rows = cur.fetchall()
-        finally:
-            conn.close()
-    elif project.target_type == "spark":
-        if spark is None:
-            from runner.spark_session import get_spark
-
-            spark = get_spark(project)
-        if not spark.catalog.tableExists(f"{schema}.{table}"):
-            return {}
-        rows = [
-            (r[0], r[1])
-            for r in spark.sql(
-                f"select file_hash, target_table from `{schema}`.`{table}`"
-            ).collect()
-        ]
-    else:
-        from runner.errors import ConfigError
-
-        raise ConfigError(f"reconcile on a {project.target_type!r} target is not built yet")
     out: dict[str, list[str]] = {}
-    for file_hash, target_table in rows:
+    for file_hash, target_table in destination_for(project).applied_markers(spark):
         out.setdefault(file_hash, []).append(target_table)
     return out
 
@@ -91,27 +58,10 @@ def reconcile(
 def table_rows(
     project: Project, tables: list[str], spark: SparkSession | None = None
 ) -> dict[str, int]:
-    """Row counts of destination tables named ``schema.table`` (for the demo's summary)."""
+    """Row counts of destination tables named ``schema.table`` (for the run's summary)."""
     import re
 
     plain = [
         t for t in tables if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*", t)
     ]
-    out: dict[str, int] = {}
-    if project.target_type == "postgres":
-        from runner.staging.postgres import connect, q
-
-        conn = connect(project.target)
-        try:
-            with conn.cursor() as cur:
-                for t in plain:
-                    cur.execute(f"select count(*) from {q(*t.split('.'))}")
-                    out[t] = int(cur.fetchone()[0])
-        finally:
-            conn.close()
-    elif project.target_type == "spark" and spark is not None:
-        for t in plain:
-            schema, name = t.split(".")
-            first = spark.sql(f"select count(*) from `{schema}`.`{name}`").first()
-            out[t] = int(first[0]) if first is not None else 0
-    return out
+    return destination_for(project).table_rows(plain, spark)

@@ -1,9 +1,10 @@
 """The one place a SparkSession is built, for staging and for dbt run in-process.
 
-For a Spark target the settings are the target's ``server_side_parameters`` in profiles.yml,
-read through dbt-spark's own credentials class, so the runner's session and a standalone
-``dbt build`` get the same settings from the same source. For other targets (PostgreSQL),
-Spark only stages Files, with ``DEFAULT_STAGING_CONF`` plus runner.yml's ``staging_spark_conf``.
+Which settings: the destination says (``runner/destinations``). For a Spark target they are the
+target's ``server_side_parameters`` in profiles.yml, read through dbt-spark's own credentials
+class, so the runner's session and a standalone ``dbt build`` get the same settings from the
+same source. For other targets Spark only stages Files, with ``DEFAULT_STAGING_CONF`` plus
+runner.yml's ``staging_spark_conf``.
 """
 
 from __future__ import annotations
@@ -68,18 +69,9 @@ def link_iceberg_jar(root: Path) -> Path:
 
 def spark_conf(project: Project) -> dict[str, str]:
     """The Spark settings for this project's target, as strings."""
-    if project.target_type == "spark":
-        from dbt.adapters.spark.connections import SparkCredentials
+    from runner.destinations import destination_for
 
-        data = {k: v for k, v in project.target.items() if k not in ("type", "threads")}
-        try:
-            creds = SparkCredentials.from_dict(data)
-        except Exception as exc:  # dbt's validation error names the bad field
-            raise ConfigError(f"profile target {project.target_name!r}: {exc}") from exc
-        return dict(creds.server_side_parameters)
-    conf = dict(DEFAULT_STAGING_CONF)
-    conf.update(project.settings.staging_spark_conf)
-    return conf
+    return destination_for(project).spark_conf()
 
 
 def _ensure_runtime(conf: dict[str, str], project: Project) -> None:
@@ -119,17 +111,21 @@ def check_java() -> str:
 
 
 def get_spark(project: Project, app_name: str = "cdc-runner") -> SparkSession:
-    """Build (or return the running) SparkSession for the project's target.
+    """The SparkSession for the project's target (built, or the running one)."""
+    from runner.destinations import destination_for
 
-    Uses ``enableHiveSupport()`` like dbt-spark's session method, so that a dbt run in the same
-    process gets this very session back from ``getOrCreate()``.
-    """
+    return destination_for(project).spark_session(app_name)
+
+
+def build_session(
+    project: Project, conf: dict[str, str], app_name: str, *, hive_support: bool
+) -> SparkSession:
+    """Build (or return the running) SparkSession with ``conf``."""
     from pyspark.sql import SparkSession
 
-    conf = spark_conf(project)
     _ensure_runtime(conf, project)
     builder = SparkSession.builder.appName(app_name)
-    if project.target_type == "spark":
+    if hive_support:
         builder = builder.enableHiveSupport()
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -127,7 +127,7 @@ def query(target: str, spark, project, sql: str) -> list[dict]:  # noqa: ANN001
     lowercase column names."""
     if target == "local":
         return [{k.lower(): v for k, v in r.asDict().items()} for r in spark.sql(sql).collect()]
-    from runner.staging.postgres import connect
+    from runner.destinations.postgres import connect
 
     conn = connect(project.target)
     try:

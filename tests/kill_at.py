@@ -50,10 +50,10 @@ def arm(phase: str) -> None:
 
         runner.ingest.content_hash = on_call(2, runner.ingest.content_hash)
     elif phase == "stage-before-manifest":
-        from runner.staging.iceberg import IcebergWriter
-        from runner.staging.postgres import PostgresWriter
+        from runner.destinations.postgres import PostgresWriter
+        from runner.destinations.spark import SparkTableWriter
 
-        IcebergWriter._manifest = on_call(1, IcebergWriter._manifest)  # type: ignore[method-assign]
+        SparkTableWriter._manifest = on_call(1, SparkTableWriter._manifest)  # type: ignore[method-assign]
         PostgresWriter._load = on_call(1, PostgresWriter._load)  # type: ignore[method-assign]
     elif phase == "stage-after-manifest":
         from audit import AuditDB

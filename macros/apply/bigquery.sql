@@ -1,10 +1,10 @@
 {#- dbt-bigquery (1.12): one multi-statement script, BEGIN TRANSACTION ... COMMIT TRANSACTION,
-    so target changes and markers commit together. Not verified against live BigQuery; the
-    rendered script is parsed in the BigQuery dialect in the tests. -#}
+    so target changes and markers commit together. Run live on the local BigQuery emulator in
+    the tests (README, "Verified where"), and parsed in the BigQuery dialect. -#}
 
 {% macro bigquery__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates=none) %}
   {%- if cdc.is_apply_model() -%}
-    {{ return(cdc.bigquery_script(cdc.model_apply_statements(target, source))) }}
+    {{ return(cdc.bigquery_script(cdc.model_apply_statements(target, source), target)) }}
   {%- endif -%}
   {{ return(dbt.default__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates)) }}
 {% endmacro %}
@@ -14,9 +14,15 @@
     {{ return(dbt.bigquery__create_table_as(temporary, relation, compiled_code, language)) }}
   {%- endif -%}
   {%- set create = dbt.bigquery__create_table_as(false, relation, cdc.empty_target_select(compiled_code), 'sql') -%}
-  {{ return(cdc.bigquery_script(cdc.create_then_apply_statements(relation, compiled_code, create))) }}
+  {{ return(cdc.bigquery_script(cdc.create_then_apply_statements(relation, compiled_code, create), relation)) }}
 {% endmacro %}
 
-{% macro bigquery_script(statements) %}
-  {{ return('begin transaction;\n' ~ (statements | join(';\n')) ~ ';\ncommit transaction;') }}
+{#- The scratch (temp) tables are dropped after the commit: they live as long as the session,
+    and a second apply in one session must be able to create them again. -#}
+{% macro bigquery_script(statements, target) %}
+  {%- set drops = [] -%}
+  {%- for suffix in ['files', 'batch'] -%}
+    {%- do drops.append('drop table if exists ' ~ cdc.scratch_relation(target, suffix)) -%}
+  {%- endfor -%}
+  {{ return('begin transaction;\n' ~ (statements | join(';\n')) ~ ';\ncommit transaction;\n' ~ (drops | join(';\n')) ~ ';') }}
 {% endmacro %}

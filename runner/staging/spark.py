@@ -1,8 +1,9 @@
-"""Stage an entity's Files with PySpark into an Iceberg staging table.
+"""Read and validate an entity's Files with PySpark; the destination's writer stores the rows.
 
 All Files of an entity that share a header are read in one Spark job (not one per File); each
-row keeps its File's identity through ``input_file_name()``. Files are read unsplit
-(``multiLine``), so a row's position in its File is its order inside its Spark partition.
+row keeps its File's identity through ``input_file_name()`` (or ``_metadata.file_path``).
+Files are read unsplit (``multiLine``), so a row's position in its File is its order inside its
+Spark partition.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import IntegrityError
 from runner.lineage import lineage_columns, staged_columns
@@ -26,35 +28,6 @@ FILE_URI = "__file_uri"
 ORDER = "__order"
 BLOCK = "__block"
 RAW = "__raw__"
-
-
-@dataclass(frozen=True)
-class FileToStage:
-    file_id: int
-    path: Path
-    content_hash: str
-
-
-@dataclass(frozen=True)
-class StagedBatch:
-    """An entity's validated rows of ``files``, ready to be written to the destination."""
-
-    entity: Entity
-    rows: DataFrame
-    files: list[FileToStage]
-    counts: dict[str, int]  # content hash -> rows
-    process_id: str
-    staged_at: datetime
-
-
-class StagingWriter:
-    """Writes a batch to the destination, replacing those Files' earlier rows."""
-
-    # Characters the destination cannot store in a string: a value holding one is bad input.
-    forbidden_characters: dict[str, str] = {}
-
-    def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
-        raise NotImplementedError
 
 
 @dataclass
@@ -73,8 +46,12 @@ def stage_entity(
     files: list[FileToStage],
     process_id: str,
     writer: StagingWriter,
+    file_identity: str = "input_file_name",
 ) -> StageResult:
-    """Validate and stage ``files``; bad Files are reported, never partly written."""
+    """Validate and stage ``files``; bad Files are reported, never partly written.
+
+    ``file_identity`` is how a row names its File: ``input_file_name`` or ``metadata`` (the
+    ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog)."""
     result = StageResult()
     groups: dict[tuple[str, ...], list[FileToStage]] = {}
     for f in files:
@@ -88,11 +65,27 @@ def stage_entity(
             groups.setdefault(tuple(header), []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
     for columns, group in groups.items():
-        _stage_group(spark, entity, list(columns), group, process_id, ingested_at, result, writer)
+        _stage_group(
+            spark,
+            entity,
+            list(columns),
+            group,
+            process_id,
+            ingested_at,
+            result,
+            writer,
+            file_identity,
+        )
     return result
 
 
-def _read(spark: SparkSession, entity: Entity, header: list[str], paths: list[str]) -> DataFrame:
+def _read(
+    spark: SparkSession,
+    entity: Entity,
+    header: list[str],
+    paths: list[str],
+    file_identity: str = "input_file_name",
+) -> DataFrame:
     """The Files' raw values: strings for CSV and JSON lines (no inference), Parquet's own types.
 
     ``ORDER`` sorts rows in File order: the split's byte offset, then the position in the split.
@@ -128,11 +121,15 @@ def _read(spark: SparkSession, entity: Entity, header: list[str], paths: list[st
             .option("encoding", "UTF-8")
             .csv(paths)
         )
-    return (
-        df.withColumn(FILE_URI, F.input_file_name())
-        .withColumn(BLOCK, F.expr("input_file_block_start()"))
-        .withColumn(ORDER, F.monotonically_increasing_id())
-    )
+    if file_identity == "metadata":
+        df = df.withColumn(FILE_URI, F.col("_metadata.file_path")).withColumn(
+            BLOCK, F.col("_metadata.file_block_start")
+        )
+    else:
+        df = df.withColumn(FILE_URI, F.input_file_name()).withColumn(
+            BLOCK, F.expr("input_file_block_start()")
+        )
+    return df.withColumn(ORDER, F.monotonically_increasing_id())
 
 
 def _stage_group(
@@ -144,13 +141,14 @@ def _stage_group(
     ingested_at: datetime,
     result: StageResult,
     writer: StagingWriter,
+    file_identity: str,
 ) -> None:
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
-    raw = _read(spark, entity, header, [str(f.path) for f in files])
+    raw = _read(spark, entity, header, [str(f.path) for f in files], file_identity)
     numbered = raw.withColumn(
         lineage["row_number"],
         F.row_number().over(Window.partitionBy(FILE_URI).orderBy(BLOCK, ORDER)).cast("bigint"),

@@ -1,4 +1,4 @@
-"""Staging on PostgreSQL: Spark validates and writes CSV parts, then COPY loads them.
+"""The PostgreSQL destination: Spark validates and writes CSV parts, then COPY loads them.
 
 One PostgreSQL transaction deletes the Files' earlier rows (a retry), COPYs the new ones and
 records the Files in the staged-files manifest, so a File is staged whole or not at all. The
@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.destinations.base import Destination, StagedBatch, StagingWriter
 from runner.errors import ConfigError, IntegrityError
 from runner.lineage import lineage_columns, staged_columns, state_tables
-from runner.staging.spark import StagedBatch, StagingWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,6 +67,52 @@ def connect(target: dict[str, Any]) -> Any:
         dbname=target.get("dbname") or target.get("database"),
         connect_timeout=int(target.get("connect_timeout", 10)),
     )
+
+
+class PostgresDestination(Destination):
+    """dbt-postgres targets: staged with COPY; the Audit DB defaults to the same server."""
+
+    def writer(self) -> StagingWriter:
+        return PostgresWriter(self.project.target, self.scratch_dir())
+
+    def _fetch(self, sql: str, relation: tuple[str, str] | None = None) -> list[tuple[Any, ...]]:
+        conn = connect(self.project.target)
+        try:
+            with conn.cursor() as cur:
+                if relation is not None:
+                    cur.execute("select to_regclass(%s)", (q(*relation),))
+                    if cur.fetchone()[0] is None:
+                        return []
+                cur.execute(sql)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
+        table = state_tables()["applied_files"]["identifier"]
+        rows = self._fetch(
+            f"select file_hash, target_table from {q(self.schema, table)}", (self.schema, table)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
+        counts = {t: self._fetch(f"select count(*) from {q(*t.split('.'))}") for t in tables}
+        return {t: int(rows[0][0]) for t, rows in counts.items()}
+
+    def default_audit(self) -> tuple[str, str | None]:
+        """The profile's own server, in schema ``cdc_audit``."""
+        from sqlalchemy.engine import URL
+
+        t = self.project.target
+        url = URL.create(
+            "postgresql+psycopg2",
+            username=str(t.get("user")) if t.get("user") else None,
+            password=str(t.get("password")) if t.get("password") else None,
+            host=str(t.get("host", "127.0.0.1")),
+            port=int(t.get("port", 5432)),
+            database=str(t.get("dbname") or t.get("database")),
+        ).render_as_string(hide_password=False)
+        return url, "cdc_audit"
 
 
 class PostgresWriter(StagingWriter):
