@@ -631,6 +631,19 @@ def init(obj: Context) -> None:
         click.echo(f"wrote {profiles} from {example.name}")
     else:
         click.echo(f"kept existing {profiles}")
+        if example.exists():
+            import yaml
+
+            def targets(path: Path) -> set[str]:
+                data = yaml.safe_load(path.read_text()) or {}
+                return set((data.get("cdc") or {}).get("outputs") or {})
+
+            missing = sorted(targets(example) - targets(profiles))
+            if missing:
+                click.echo(
+                    f"note: {profiles.name} lacks the target(s) {', '.join(missing)} of "
+                    f"{example.name}; copy them over to use them"
+                )
     click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
     click.echo(f"Java: {check_java()}")
 

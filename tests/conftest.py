@@ -151,14 +151,17 @@ class Cli:
     """The documented commands as real processes, from a fresh project root (as a user types
     them: options after the subcommand where dbt users put them)."""
 
-    def __init__(self, root: Path, target: str, schema: str) -> None:
+    def __init__(self, root: Path, target: str, schema: str, **env: str) -> None:
         import sys
 
         self.root = root
         self.target = target
+        self.schema = schema
         self.bin = Path(sys.executable).parent
         self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
+        self.env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
         self.env.pop("CDC_HOME", None)
+        self.env.update(env)
         if target == "postgres":
             self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
 
@@ -181,7 +184,8 @@ class Cli:
         return out
 
     def runner(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-        return self("runner", "--target", self.target, *args, ok=ok)
+        """`runner COMMAND ARGS --target T`: the target after the subcommand, as documented."""
+        return self("runner", *args, "--target", self.target, ok=ok)
 
     def dbt(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
         return self("dbt", *args, "--project-dir", "dbt_project", "--target", self.target, ok=ok)
@@ -212,12 +216,16 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
     def make(target: str) -> Cli:
         root = make_project(tmp_path / "repo")
         link_iceberg_jar(root)
+        env: dict[str, str] = {}
         if target == "postgres":
             schema = request.getfixturevalue("pg_schema")
             request.addfinalizer(lambda: drop_pg_schema(request, schema + "_audit"))
+        elif target == "bigquery":
+            env["CDC_BQ_ENDPOINT"] = request.getfixturevalue("bq_emulator").endpoint
+            schema = f"cdc_test_{uuid.uuid4().hex[:10]}"  # a dataset of its own
         else:
             schema = "cli_test"
-        cli = Cli(root, target, schema)
+        cli = Cli(root, target, schema, **env)
         cli("dbt", "deps", "--project-dir", "dbt_project")
         return cli
 
@@ -231,3 +239,25 @@ def drop_pg_schema(request: pytest.FixtureRequest, name: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
     engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def bq_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The local BigQuery emulator (tools/bq_emulator.py) on a free port, for the session.
+
+    Missing is a failure that says how to install it, never a skip."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import bq_emulator
+
+    try:
+        emulator = bq_emulator.start(log=tmp_path_factory.mktemp("bq") / "emulator.log")
+    except RuntimeError as exc:
+        pytest.fail(
+            f"the BigQuery emulator could not start: {exc}\n(`make setup` installs it in "
+            ".venv-bq; `python tools/bq_emulator.py install` does only that)",
+            pytrace=False,
+        )
+    yield emulator
+    emulator.stop()

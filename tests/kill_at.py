@@ -1,4 +1,5 @@
-"""`python tests/kill_at.py PHASE runner ARGS...`: the runner CLI, SIGKILLed at one moment.
+"""`python tests/kill_at.py PHASE runner|dbt ARGS...`: the runner or dbt CLI, SIGKILLed (or
+failed) at one moment.
 
 Test-only fault injection (nothing of it ships in runner/ or macros/): the named moment is
 wrapped so that the process kills itself there, the way an OOM killer or a lost machine would.
@@ -10,6 +11,9 @@ wrapped so that the process kills itself there, the way an OOM killer or a lost 
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
   reconcile              after the first File is marked COMMITTED
+  fail-before-markers    BigQuery: the apply script fails right after its MERGEs, before the
+                         markers INSERT (an error raised inside the script, so BigQuery rolls
+                         the script's transaction back, as it would for a lost session)
 """
 
 from __future__ import annotations
@@ -80,6 +84,22 @@ def arm(phase: str) -> None:
             return result
 
         PostgresConnectionManager.add_query = pg_add_query  # type: ignore[method-assign]
+    elif phase == "fail-before-markers":
+        from dbt.adapters.bigquery.connections import BigQueryConnectionManager
+
+        raw_execute = BigQueryConnectionManager.raw_execute
+
+        def bq_raw_execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if is_marker_insert(sql):
+                at = sql.lower().index("insert into")
+                while "cdc_applied_files" not in sql[at : sql.index("(", at)]:
+                    at = sql.lower().index("insert into", at + 1)
+                sql = (
+                    sql[:at] + "select error('injected: failing before the markers');\n" + sql[at:]
+                )
+            return raw_execute(self, sql, *args, **kwargs)
+
+        BigQueryConnectionManager.raw_execute = bq_raw_execute  # type: ignore[method-assign]
     elif phase == "reconcile":
         from audit import AuditDB
 
@@ -90,9 +110,11 @@ def arm(phase: str) -> None:
 
 if __name__ == "__main__":
     phase, command, *args = sys.argv[1:]
-    assert command == "runner", "usage: kill_at.py PHASE runner ARGS..."
+    assert command in ("runner", "dbt"), "usage: kill_at.py PHASE runner|dbt ARGS..."
     arm(phase)
-    from runner.cli import main
-
-    sys.argv = ["runner", *args]
+    if command == "dbt":
+        from dbt.cli.main import cli as main
+    else:
+        from runner.cli import main  # type: ignore[assignment]
+    sys.argv = [command, *args]
     main()

@@ -138,10 +138,14 @@ def _statements(script: str, dialect: str) -> list[sqlglot.Expression]:
 
 def test_bigquery_apply_is_one_transaction_that_parses(render_project: Path) -> None:
     sql = _render(
-        render_project, "bigquery", _inline(_columns(0), "{{ cdc.bigquery_script(stmts) }}")
+        render_project, "bigquery", _inline(_columns(0), "{{ cdc.bigquery_script(stmts, tgt) }}")
     )
     kinds = [type(e).__name__ for e in _statements(sql, "bigquery")]
-    assert kinds == ["Transaction", "Create", "Create", "Merge", "Merge", "Insert", "Commit"]
+    assert kinds == [
+        *["Drop", "Drop"],  # the temp tables, before the transaction and after it
+        *["Transaction", "Create", "Create", "Merge", "Merge", "Insert", "Commit"],
+        *["Drop", "Drop"],
+    ]
     assert "dispatched: cdc.bigquery__get_merge_sql cdc.bigquery__create_table_as" in sql
     assert "`cdc-render-only`.`cdc`.`cdc_applied_files`" in sql
 

@@ -167,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         emulator = start(args.port)
         pidfile.write_text(str(emulator.process.pid))
-        print(f"BigQuery emulator on {emulator.endpoint} (pid {emulator.process.pid}); "
-              "`make bq-down` stops it")
+        print(
+            f"BigQuery emulator on {emulator.endpoint} (pid {emulator.process.pid}); "
+            "`make bq-down` stops it"
+        )
         return 0
     if not pidfile.exists():
         print(f"no emulator started by `make bq-up` on port {args.port}")

@@ -17,12 +17,14 @@
   {{ return(cdc.bigquery_script(cdc.create_then_apply_statements(relation, compiled_code, create), relation)) }}
 {% endmacro %}
 
-{#- The scratch (temp) tables are dropped after the commit: they live as long as the session,
-    and a second apply in one session must be able to create them again. -#}
+{#- The scratch (temp) tables are dropped before the transaction and after the commit: a
+    second apply in one session, or after a failed script whose temp tables outlived it (the
+    emulator keeps them), must be able to create them again. -#}
 {% macro bigquery_script(statements, target) %}
   {%- set drops = [] -%}
   {%- for suffix in ['files', 'batch'] -%}
     {%- do drops.append('drop table if exists ' ~ cdc.scratch_relation(target, suffix)) -%}
   {%- endfor -%}
-  {{ return('begin transaction;\n' ~ (statements | join(';\n')) ~ ';\ncommit transaction;\n' ~ (drops | join(';\n')) ~ ';') }}
+  {%- set drop_sql = drops | join(';\n') ~ ';\n' -%}
+  {{ return(drop_sql ~ 'begin transaction;\n' ~ (statements | join(';\n')) ~ ';\ncommit transaction;\n' ~ drop_sql) }}
 {% endmacro %}

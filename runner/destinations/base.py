@@ -67,11 +67,14 @@ class Destination:
 
     # --- Spark, which stages every destination's Files -----------------------------------
     def spark_conf(self) -> dict[str, str]:
-        """Spark settings for staging: defaults plus runner.yml's ``staging_spark_conf``."""
+        """Spark settings for staging: defaults, then runner.yml's ``staging_spark_conf``, then
+        its ``targets.<target>.spark_conf``."""
         from runner.spark_session import DEFAULT_STAGING_CONF
 
         conf = dict(DEFAULT_STAGING_CONF)
         conf.update(self.project.settings.staging_spark_conf)
+        extra = self.project.target_setting("spark_conf") or {}
+        conf.update({str(k): str(v) for k, v in dict(extra).items()})
         return conf
 
     def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:

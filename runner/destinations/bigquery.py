@@ -148,11 +148,14 @@ class BigQueryWriter(StagingWriter):
                 lineage["ingested_at"]: ("TIMESTAMP", None, None),
             }
         )
-        return [
-            SchemaField(name, kind, precision=precision, scale=scale)
-            for name in [c.name for c in entity.columns] + staged_columns()
-            for kind, precision, scale in [types[name]]
-        ]
+        fields = []
+        for name in [c.name for c in entity.columns] + staged_columns():
+            kind, precision, scale = types[name]
+            if precision is None or scale is None:
+                fields.append(SchemaField(name, kind))
+            else:
+                fields.append(SchemaField(name, kind, precision=precision, scale=scale))
+        return fields
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity

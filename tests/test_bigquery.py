@@ -1,0 +1,191 @@
+"""The bigquery target, live on the local BigQuery emulator, through the real CLI as processes:
+`runner ingest --target bigquery`, `dbt build --target bigquery`, `runner reconcile --target
+bigquery`. The same multi-File scenario as tests/test_apply.py (changes per key, rows out of
+order, deletes, re-inserts, a late File, a duplicate, a broken File, a header-only File, a
+no-op rerun) gives the oracle's table with one marker per File and lineage on every row; an
+apply script that fails between its MERGE and the markers leaves the table unchanged, and the
+next build gives the oracle's table. The history snapshot runs there too.
+
+What the emulator cannot prove (job-id dedup, isolation between sessions) is in the README;
+the staging's own idempotency (delete the File's rows, load, count) is checked here by staging
+a File a second time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+from test_apply import LATE, ROUND_1, ROUND_2, ROUND_3, change, oracle, seq, write
+
+from runner.lineage import lineage_columns
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.bigquery]
+KILL_AT = Path(__file__).parent / "kill_at.py"
+
+
+def _naive(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    value = datetime.fromisoformat(text)
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def read(cli: Cli, table: str) -> list[dict]:
+    """Every row of a table of the test's dataset, read with the BigQuery client (faster than
+    `dbt show`, which the contract test uses); values as `dbt show --output json` gives them."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery
+
+    client = bigquery.Client(
+        project="cdc-local",
+        credentials=AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint=cli.env["CDC_BQ_ENDPOINT"]),
+    )
+    rows = client.query(f"select * from `cdc-local`.`{cli.schema}`.`{table}`").result()
+    return [
+        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in r.items()} for r in rows
+    ]
+
+
+def current(cli: Cli) -> dict[int, tuple]:
+    """The customers table as the oracle's tuples."""
+    lin = lineage_columns()
+    return {
+        r["customer_id"]: (
+            r["name"],
+            r["email"],
+            r["tier"],
+            Decimal(str(r["balance"])),
+            _naive(r["updated_at"]),
+            r[lin["sequence"]],
+            r[lin["file_name"]],
+        )
+        for r in read(cli, "customers")
+    }
+
+
+def markers(cli: Cli) -> list[dict]:
+    return read(cli, "cdc_applied_files")
+
+
+def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_apply(
+    tmp_path: Path, cli_project: Callable[[str], Cli]
+) -> None:
+    cli = cli_project("bigquery")
+    landing = tmp_path / "landing"
+    folder = landing / "customers"
+    lin = lineage_columns()
+
+    def ingest(ok: tuple[int, ...] = (0,)) -> None:
+        cli("runner", "ingest", "--landing", str(landing), "--target", "bigquery", ok=ok)
+
+    def build() -> None:
+        cli("dbt", "build", "--project-dir", "dbt_project", "--target", "bigquery")
+        cli("runner", "reconcile", "--target", "bigquery")
+
+    good = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    ingest()
+    build()
+    assert current(cli) == oracle(good)
+
+    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
+    bad = write(
+        folder / "20260301-081200000.csv",
+        [change("I", 50, 10, "z"), ["X", seq(51), "11", "", "", "", "", ""]],
+    )
+    ingest(ok=(1,))  # 1: a File was quarantined
+    status = json.loads(cli("runner", "status", "--json", "--target", "bigquery").stdout)
+    states = {Path(f["path"]).name: f["state"] for f in status}
+    assert states["copy-of-080500.csv"] == "DUPLICATE" and states[bad.name] == "QUARANTINED"
+    build()
+    rows = current(cli)
+    assert rows == oracle(good)
+    assert 10 not in rows  # nothing of the quarantined File was applied
+
+    good += [write(folder / n, rows) for n, rows in LATE.items()]
+    ingest()
+    build()
+    assert current(cli) == oracle(good)
+    table = cli.table("{{ ref('customers') }}")  # once through `dbt show`, as a user reads it
+    for r in table:
+        for key, name in lin.items():
+            if not key.startswith("snapshot_"):
+                assert r[name] is not None, (name, r)
+
+    # Nothing new: a second build changes nothing, not even the lineage of a row.
+    before = read(cli, "customers")
+    build()
+    assert sorted(read(cli, "customers"), key=str) == sorted(before, key=str)
+
+    # The apply script fails between its MERGE and the markers: BigQuery rolls it back.
+    good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
+    ingest()
+    failed = cli(
+        sys.executable,
+        str(KILL_AT),
+        "fail-before-markers",
+        "dbt",
+        "build",
+        "--project-dir",
+        "dbt_project",
+        "--target",
+        "bigquery",
+        ok=(1,),
+    )
+    assert "injected: failing before the markers" in failed.stdout
+    assert "20260301-082000000.csv" not in {m["file_name"] for m in markers(cli)}
+    assert current(cli) == oracle(good[:-1])  # unchanged: nothing of the failed script
+    build()
+    assert current(cli) == oracle(good)
+    names = sorted(m["file_name"] for m in markers(cli))
+    assert names == sorted(p.name for p in good)  # one marker per File, header-only included
+    late = {m["file_name"]: m for m in markers(cli)}["20260301-075900000.csv"]
+    counts = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
+    assert tuple(late[c] for c in counts) == (1, 0, 1, 4)
+    status = json.loads(cli("runner", "status", "--json", "--target", "bigquery").stdout)
+    assert {f["state"] for f in status if Path(f["path"]) in good} == {"COMMITTED"}
+
+    # History (dbt snapshot of the current state) ran in every build: one open version per
+    # current key, each with the process id that staged it.
+    history = read(cli, "customers_history")
+    open_versions = {r["customer_id"] for r in history if r["dbt_valid_to"] is None}
+    assert open_versions == set(oracle(good))
+    assert all(r["_cdc_insert_process_id"] for r in history)
+
+
+def test_bigquery_staging_a_file_again_replaces_its_rows(
+    spark, spark_project: Path, tmp_path: Path, bq_emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A File staged twice (a retry after its rows were loaded, as after a crash before the
+    Audit DB heard of it) is in BigQuery once, and in the manifest once."""
+    from runner.destinations import FileToStage, destination_for
+    from runner.entities import load_entities
+    from runner.hashing import content_hash
+    from runner.project import Project
+    from runner.staging.spark import stage_entity
+
+    monkeypatch.setenv("CDC_BQ_ENDPOINT", bq_emulator.endpoint)
+    monkeypatch.setenv("CDC_SCHEMA", "bq_restage")
+    project = Project.load(spark_project, target="bigquery")
+    destination = destination_for(project)
+    entity = load_entities(project)["customers"]
+    path = write(tmp_path / "customers" / "LOAD00000001.csv", ROUND_1["LOAD00000001.csv"])
+    f = FileToStage(1, path, content_hash(path))
+    for attempt in ("first", "second"):
+        result = stage_entity(spark, entity, [f], attempt, destination.writer())
+        assert result.staged == {1: len(ROUND_1["LOAD00000001.csv"])}, result
+    client = destination.client()
+    dataset = f"`{destination.gcp_project}`.`bq_restage`"
+    rows = list(client.query(f"select _cdc_process_id from {dataset}.customers__staged").result())
+    assert [r[0] for r in rows] == ["second"] * len(ROUND_1["LOAD00000001.csv"])
+    manifest = list(client.query(f"select * from {dataset}.cdc_staged_files").result())
+    assert [(m["file_hash"], m["process_id"]) for m in manifest] == [(f.content_hash, "second")]
