@@ -16,12 +16,13 @@ from pathlib import Path
 
 from runner.entities import Entity
 from runner.errors import ConfigError
+from runner.fs import FilePath, RemoteFile, file_size_mtime, filesystem
 
 
 @dataclass(frozen=True)
 class LandedFile:
     entity: str
-    path: Path  # resolved, inside a landing root
+    path: FilePath  # resolved, inside a landing root (a local path or a RemoteFile URI)
     size: int
     mtime: datetime  # naive UTC
 
@@ -30,9 +31,15 @@ class LandedFile:
         return self.path.name
 
 
-def resolve_roots(roots: list[Path]) -> list[Path]:
-    resolved = []
+def resolve_roots(roots: list[FilePath]) -> list[FilePath]:
+    resolved: list[FilePath] = []
     for root in roots:
+        if isinstance(root, RemoteFile):
+            fs, path = filesystem(root.uri)
+            if not fs.isdir(path):
+                raise ConfigError(f"landing root {root} does not exist or is not a folder")
+            resolved.append(RemoteFile(root.uri.rstrip("/")))
+            continue
         real = root.resolve()
         if not real.is_dir():
             raise ConfigError(f"landing root {root} does not exist or is not a folder")
@@ -45,13 +52,21 @@ def _inside(path: Path, roots: list[Path]) -> bool:
 
 
 def discover(
-    entity: Entity, roots: list[Path], *, min_age_seconds: float = 0.0, now: float | None = None
+    entity: Entity,
+    roots: list[FilePath],
+    *,
+    min_age_seconds: float = 0.0,
+    now: float | None = None,
 ) -> tuple[list[LandedFile], list[str]]:
     """The entity's Files under ``roots`` (sorted by path), and notes on what was skipped."""
     now = time.time() if now is None else now
-    found: dict[Path, LandedFile] = {}
+    found: dict[FilePath, LandedFile] = {}
     notes: list[str] = []
     for root in resolve_roots(roots):
+        if isinstance(root, RemoteFile):
+            for landed in _discover_remote(entity, root, min_age_seconds, now, notes):
+                found[landed.path] = landed
+            continue
         candidates = {c for glob in entity.landing for c in root.glob(glob)}
         for candidate in sorted(candidates):
             real = candidate.resolve()
@@ -76,6 +91,35 @@ def discover(
     return sorted(found.values(), key=lambda f: str(f.path)), notes
 
 
+def _discover_remote(
+    entity: Entity, root: RemoteFile, min_age_seconds: float, now: float, notes: list[str]
+) -> list[LandedFile]:
+    """Files under a URI root, listed through fsspec (the entity's globs are relative and
+    never hold '..': checked when declared)."""
+    fs, base = filesystem(root.uri)
+    base = base.rstrip("/")
+    out = []
+    for glob in entity.landing:
+        for path, info in sorted(fs.glob(f"{base}/{glob}", detail=True).items()):
+            if info.get("type") != "file":
+                continue
+            if not path.startswith(base + "/"):
+                notes.append(f"{path}: outside landing root {root}; not read")
+                continue
+            size, mtime = file_size_mtime(info)
+            age = now - mtime.replace(tzinfo=UTC).timestamp()
+            uri = fs.unstrip_protocol(path)
+            if age < min_age_seconds:
+                notes.append(
+                    f"{uri}: modified {age:.1f}s ago; skipped until it is older than the "
+                    "minimum age"
+                )
+                continue
+            landed = LandedFile(entity=entity.name, path=RemoteFile(uri), size=size, mtime=mtime)
+            out.append(landed)
+    return out
+
+
 def settle(
     files: list[LandedFile], seconds: float, *, sleep: Callable[[float], None] = time.sleep
 ) -> tuple[list[LandedFile], list[str]]:
@@ -86,12 +130,16 @@ def settle(
     stable, notes = [], []
     for f in files:
         try:
-            st = f.path.stat()
+            if isinstance(f.path, RemoteFile):
+                size, mtime = f.path.stat()
+            else:
+                st = f.path.stat()
+                size = st.st_size
+                mtime = datetime.fromtimestamp(st.st_mtime, UTC).replace(tzinfo=None)
         except FileNotFoundError:
             notes.append(f"{f.path}: disappeared between two listings; skipped")
             continue
-        mtime = datetime.fromtimestamp(st.st_mtime, UTC).replace(tzinfo=None)
-        if st.st_size != f.size or mtime != f.mtime:
+        if size != f.size or mtime != f.mtime:
             notes.append(f"{f.path}: size or mtime changed within {seconds:g}s; skipped this run")
             continue
         stable.append(f)

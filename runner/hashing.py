@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
+
+from runner.fs import FilePath, RemoteFile
 
 CHUNK = 1024 * 1024
 
 
-def content_hash(path: Path, chunk_size: int = CHUNK) -> str:
+def content_hash(path: FilePath, chunk_size: int = CHUNK) -> str:
     """Hex SHA-256 of the file's bytes, read ``chunk_size`` at a time (never whole)."""
     digest = hashlib.sha256()
+    if isinstance(path, RemoteFile):  # streamed through fsspec
+        with path.open("rb") as remote:
+            while chunk := remote.read(chunk_size):
+                digest.update(chunk)
+        return digest.hexdigest()
     buffer = bytearray(chunk_size)
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as handle:

@@ -12,6 +12,7 @@ from runner.destinations import destination_for
 from runner.discover import LandedFile, discover, settle
 from runner.entities import Entity, load_entities
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
+from runner.fs import FilePath, RemoteFile, as_file, is_uri
 from runner.hashing import content_hash
 from runner.progress import Progress
 from runner.project import Project
@@ -38,10 +39,17 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)
 
 
-def landing_roots(project: Project, landing: list[str] | None) -> list[Path]:
-    """The folders Files may be read from: --landing, else runner.yml's landing_roots."""
+def landing_roots(project: Project, landing: list[str] | None) -> list[FilePath]:
+    """The folders Files may be read from: --landing, else runner.yml's landing_roots. A root
+    may be a URI (s3://, gs://, abfss://, file://): listed and read through fsspec."""
     roots = landing or list(project.settings.landing_roots)
-    return [(project.root / r) if not Path(r).is_absolute() else Path(r) for r in roots]
+    out: list[FilePath] = []
+    for r in roots:
+        if is_uri(r):
+            out.append(RemoteFile(r))
+        else:
+            out.append((project.root / r) if not Path(r).is_absolute() else Path(r))
+    return out
 
 
 def ingest(
@@ -155,7 +163,7 @@ class _Stager:
         from runner.destinations import FileToStage
         from runner.staging.spark import stage_entity
 
-        to_stage = [FileToStage(c.id, Path(c.path), c.content_hash) for c in files]
+        to_stage = [FileToStage(c.id, as_file(c.path), c.content_hash) for c in files]
         try:
             return stage_entity(
                 self.spark,
@@ -235,7 +243,7 @@ class _Stager:
         self.progress.advance("stage", self.entity.name, files=n, rows=staged.rows)
 
     def _fail(self, rec: FileRecord, err: CdcError) -> None:
-        name = Path(rec.path).name
+        name = as_file(rec.path).name
         message = err.message if err.message.startswith(name) else f"{name}: {err.message}"
         try:
             if isinstance(err, TerminalError):

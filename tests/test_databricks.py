@@ -1,8 +1,10 @@
 """The databricks destination's own staging code, run here on local Spark with Iceberg standing
 in for Delta (no Delta jars can be had offline): Files staged through the session the runner is
 given, rows naming their File by ``_metadata.file_path`` (``input_file_name()`` is made to fail,
-as on Unity Catalog), into ``catalog.schema.table``. Staged rows equal the plain-Python oracle;
-a bad File is quarantined; a second ingest stages nothing again. The dbt-databricks apply SQL
+as on Unity Catalog), into ``catalog.schema.table``, from a landing root given as a URI (listed,
+hashed and validated through fsspec, as an s3:// or abfss:// root would be; file:// here).
+Staged rows equal the plain-Python oracle; a bad File is quarantined; a second ingest stages
+nothing again. The dbt-databricks apply SQL
 runs on local Spark in tests/test_render.py."""
 
 from __future__ import annotations
@@ -68,11 +70,14 @@ def test_databricks_staging_runs_here_and_equals_the_oracle(
     def run() -> object:
         pid = new_process_id()
         db.start_run(pid, "ingest", "databricks")
-        return ingest(project, db, pid, spark=spark, landing=[str(landing)])
+        return ingest(project, db, pid, spark=spark, landing=[f"file://{landing}"])
 
     first = run()
     assert (first.staged, first.quarantined) == (len(good), 1)  # type: ignore[attr-defined]
-    reason = next(f.last_error for f in db.files() if f.path == str(bad))
+    assert sorted(f.path for f in db.files()) == sorted(
+        f"file://{p}" for p in [*good, bad]
+    )  # recorded by URI, as found through fsspec
+    reason = next(f.last_error for f in db.files() if f.path == f"file://{bad}")
     assert reason is not None and "line 3" in reason and "customer_id" in reason
 
     staged = [

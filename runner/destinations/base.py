@@ -13,6 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from runner.fs import FilePath
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FileToStage:
     file_id: int
-    path: Path
+    path: FilePath  # a local path, or a RemoteFile URI
     content_hash: str
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import IntegrityError
+from runner.fs import FilePath, RemoteFile
 from runner.lineage import lineage_columns, staged_columns
 from runner.staging.validate import read_header, scan_text
 
@@ -312,20 +312,25 @@ def _stage_group(
 
 
 def _uri_spellings(uri: str) -> set[str]:
-    """The local paths a Spark file URI may stand for (percent-encoded or not)."""
+    """The paths a file URI may stand for: percent-encoded or not, local paths for file:,
+    and each scheme spelling of one store (s3a:// and s3://)."""
     from urllib.parse import unquote, urlsplit
+
+    from runner.fs import same_store_spellings
 
     if uri.startswith("file:"):
         plain = "/" + uri[len("file:") :].lstrip("/")
         return {plain, unquote(urlsplit("file://" + plain).path)}
-    return {uri, unquote(uri)}
+    return {s for u in (uri, unquote(uri)) for s in same_store_spellings(u)}
 
 
 def _match_files(uris: list[str], files: list[FileToStage]) -> dict[str, FileToStage]:
     """Each URI Spark reported, mapped to the File it read. A URI that matches no File, or
     two, is an error: its rows would otherwise be dropped without a word."""
-    by_path = {str(f.path): f for f in files}
-    by_path.update({str(f.path.resolve()): f for f in files})
+    by_path: dict[str, FileToStage] = {}
+    for f in files:
+        for spelling in {str(f.path), str(f.path.resolve()), *_uri_spellings(str(f.path))}:
+            by_path[spelling] = f
     out: dict[str, FileToStage] = {}
     for uri in uris:
         matches = {id(by_path[p]): by_path[p] for p in _uri_spellings(uri) if p in by_path}
@@ -339,12 +344,15 @@ def _match_files(uris: list[str], files: list[FileToStage]) -> dict[str, FileToS
     return out
 
 
-def _has_data_rows(path: Path, entity: Entity) -> bool:
+def _has_data_rows(path: FilePath, entity: Entity) -> bool:
     """Whether a File Spark read no rows from has any: a line with text after the header (text
     formats), or a row in its footer (Parquet)."""
     if entity.format == "parquet":
         import pyarrow.parquet as pq
 
+        if isinstance(path, RemoteFile):
+            with path.open("rb") as handle:
+                return bool(pq.ParquetFile(handle).metadata.num_rows)
         return bool(pq.ParquetFile(path).metadata.num_rows)
     from runner.staging.validate import open_binary
 

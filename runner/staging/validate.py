@@ -7,25 +7,31 @@ import csv
 import gzip
 import io
 import zlib
-from pathlib import Path
 from typing import BinaryIO
 
 from runner.entities import Entity
+from runner.fs import FilePath, RemoteFile
 
 CHUNK = 1 << 20
 
 
-def open_binary(path: Path) -> BinaryIO:
+def open_binary(path: FilePath) -> BinaryIO:
+    """The File's bytes, gunzipped when its name ends in .gz (local or through fsspec)."""
+    if isinstance(path, RemoteFile):
+        import fsspec
+
+        compression = "gzip" if path.suffix == ".gz" else None
+        return fsspec.open(path.uri, "rb", compression=compression).open()
     if path.suffix == ".gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     return open(path, "rb")  # noqa: SIM115
 
 
-def open_text(path: Path) -> io.TextIOBase:
+def open_text(path: FilePath) -> io.TextIOBase:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="")
 
 
-def scan_text(path: Path, entity: Entity) -> str | None:
+def scan_text(path: FilePath, entity: Entity) -> str | None:
     """Read a text File to its end, once: None, or the reason it is bad input.
 
     Spark replaces invalid UTF-8 with U+FFFD without a word and reads a truncated gzip File
@@ -55,7 +61,7 @@ def scan_text(path: Path, entity: Entity) -> str | None:
     return None
 
 
-def _bad_utf8(path: Path, entity: Entity, position: int, reason: str) -> str:
+def _bad_utf8(path: FilePath, entity: Entity, position: int, reason: str) -> str:
     """Where byte ``position`` is: its line, its column (in characters) and its CSV field."""
     line, line_start, seen = 1, 0, 0
     with open_binary(path) as handle:
@@ -89,7 +95,7 @@ def _skip(handle: BinaryIO, count: int) -> None:
         count -= got
 
 
-def _header_names(path: Path, entity: Entity) -> list[str] | None:
+def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
     if not entity.csv_header:
         return [c.name for c in entity.columns]
     try:
@@ -100,7 +106,7 @@ def _header_names(path: Path, entity: Entity) -> list[str] | None:
     return [h.strip().lstrip("\ufeff") for h in first] if first else None
 
 
-def read_header(path: Path, entity: Entity) -> tuple[list[str] | None, str | None]:
+def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
     """(header columns, None) or (None, reason naming line 1 and the column)."""
     if entity.format == "json":
         return [c.name for c in entity.columns], None  # JSON lines: each record names its fields
@@ -141,20 +147,24 @@ def read_header(path: Path, entity: Entity) -> tuple[list[str] | None, str | Non
     return header, None
 
 
-def _parquet_header(path: Path, entity: Entity) -> tuple[list[str] | None, str | None]:
+def _parquet_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
     """Column names from the Parquet footer (pyarrow reads only the footer)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        names = list(pq.read_schema(path).names)
+        if isinstance(path, RemoteFile):
+            with path.open("rb") as handle:
+                names = list(pq.read_schema(handle).names)
+        else:
+            names = list(pq.read_schema(path).names)
     except (OSError, pa.ArrowInvalid) as exc:
         return None, f"{path.name}: not a readable Parquet File: {exc}"
     return _check_names(path, entity, names, "the Parquet schema")
 
 
 def _check_names(
-    path: Path, entity: Entity, header: list[str], where: str
+    path: FilePath, entity: Entity, header: list[str], where: str
 ) -> tuple[list[str] | None, str | None]:
     declared = [c.name for c in entity.columns]
     missing = [c for c in declared if c not in header]
