@@ -91,6 +91,33 @@ def test_errors_are_one_line_with_exit_2_and_traceback_only_with_debug(tmp_path:
     assert usage.returncode == 2
 
 
+def test_global_options_work_after_every_command_as_with_dbt(tmp_path: Path) -> None:
+    """`runner COMMAND --target T` (dbt's habit) and `runner --target T COMMAND` both work, for
+    every command; given after the command, the option wins."""
+    root = make_project(tmp_path / "repo")
+    for args in (
+        ["status", "--json"],
+        ["reconcile"],
+        ["retry", "--failed"],
+        ["audit", "upgrade"],
+    ):
+        after = run(*args, "--target", "nowhere", cwd=root)
+        assert after.returncode == 2 and "no target 'nowhere'" in after.stderr, (args, after)
+        short = run(*args, "-t", "nowhere", cwd=root)
+        assert short.returncode == 2 and "no target 'nowhere'" in short.stderr, (args, short)
+        wins = run("--target", "local", *args, "--target", "nowhere", cwd=root)
+        assert wins.returncode == 2 and "no target 'nowhere'" in wins.stderr, (args, wins)
+        before = run("--target", "local", *args, cwd=root)
+        assert before.returncode == 0, (args, before.stderr)
+    for command in ("ingest", "run", "generate"):
+        usage = run(command, "--help", cwd=root)
+        assert "--target" in usage.stdout and "--project-dir" in usage.stdout
+    elsewhere = run("status", "--json", "--project-dir", str(root), cwd=tmp_path)
+    assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout) == []
+    debug = run("status", "--target", "nowhere", "--debug", cwd=root)
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
+
+
 def test_missing_profile_says_how_to_create_it(tmp_path: Path) -> None:
     out = run("--project-dir", str(tmp_path), "status", cwd=tmp_path)
     assert out.returncode == 2 and "make setup" in out.stderr
