@@ -48,7 +48,7 @@ bench: setup
 	$(BIN)/python bench/run.py --repeat 3
 
 lint: setup
-	$(BIN)/ruff check runner audit tests bench
+	$(BIN)/ruff check runner audit tests bench tools
 	$(BIN)/mypy
 
 format:

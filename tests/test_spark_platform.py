@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_project
 
 from runner.project import Project
 from runner.spark_session import spark_conf
@@ -139,62 +134,3 @@ def test_second_dbt_build_merges_into_the_existing_iceberg_table(
         ).collect()
     ]
     assert len(ops) == snapshots_before + 2  # our insert, then dbt's MERGE
-
-
-def test_warehouse_survives_between_processes_for_runner_and_standalone_dbt(
-    tmp_path: Path,
-) -> None:
-    """A table written by one runner process is read by a separate `dbt show` process."""
-    root = make_project(tmp_path / "repo")
-    env = {**os.environ, "CDC_HOME": str(root), "PYTHONPATH": str(REPO)}
-    writer = textwrap.dedent(f"""
-        from runner.project import Project
-        from runner.spark_session import get_spark
-        spark = get_spark(Project.load({str(root)!r}, target="local"))
-        spark.sql("create database if not exists cdc")
-        spark.sql("create table cdc.handoff using iceberg as select 7 as id, 'from runner' as v")
-        spark.stop()
-    """)
-    subprocess.run(
-        [sys.executable, "-c", writer],
-        check=True,
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=300,
-    )
-    dbt = Path(sys.executable).parent / "dbt"
-    subprocess.run(
-        [str(dbt), "deps", "--project-dir", str(root / "dbt_project")],
-        check=True,
-        cwd=root,
-        capture_output=True,
-        timeout=120,
-    )
-    shown = subprocess.run(
-        [
-            str(dbt),
-            "show",
-            "--project-dir",
-            str(root / "dbt_project"),
-            "--profiles-dir",
-            str(root),
-            "--inline",
-            "select id, v from cdc.handoff",
-            "--output",
-            "json",
-            "--log-format",
-            "json",
-        ],
-        env={**env, "CDC_HOME": "."},
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
-    previews = [json.loads(line) for line in shown.stdout.splitlines() if line.startswith("{")]
-    rows = [json.loads(p["data"]["preview"]) for p in previews if "preview" in p.get("data", {})]
-    assert rows == [[{"id": 7, "v": "from runner"}]]
-    assert (root / ".cdc" / "local" / "metastore_db").is_dir()
-    assert (root / ".cdc" / "local" / "warehouse" / "cdc.db" / "handoff").is_dir()
