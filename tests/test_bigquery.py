@@ -16,25 +16,18 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from conftest import Cli
 from test_apply import LATE, ROUND_1, ROUND_2, ROUND_3, change, oracle, seq, write
+from test_contract import shown_customers
 
 from runner.lineage import lineage_columns
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.bigquery]
 KILL_AT = Path(__file__).parent / "kill_at.py"
-
-
-def _naive(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    value = datetime.fromisoformat(text)
-    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
 
 def read(cli: Cli, table: str) -> list[dict]:
@@ -56,20 +49,9 @@ def read(cli: Cli, table: str) -> list[dict]:
 
 
 def current(cli: Cli) -> dict[int, tuple]:
-    """The customers table as the oracle's tuples."""
+    """The customers table as the oracle's tuples (test_apply's, with sequence and File)."""
     lin = lineage_columns()
-    return {
-        r["customer_id"]: (
-            r["name"],
-            r["email"],
-            r["tier"],
-            Decimal(str(r["balance"])),
-            _naive(r["updated_at"]),
-            r[lin["sequence"]],
-            r[lin["file_name"]],
-        )
-        for r in read(cli, "customers")
-    }
+    return shown_customers(read(cli, "customers"), (lin["sequence"], lin["file_name"]))
 
 
 def markers(cli: Cli) -> list[dict]:

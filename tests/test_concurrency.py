@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from test_contract import oracle
+from test_contract import oracle, shown_customers
 
 from runner.generate import generate_customers
 
@@ -27,16 +25,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 def as_current(rows: list[dict]) -> dict[int, tuple]:
     keys = Counter(r["customer_id"] for r in rows)
     assert max(keys.values(), default=1) == 1, "a key has two current rows"
-    return {
-        r["customer_id"]: (
-            r["name"],
-            r["email"],
-            r["tier"],
-            Decimal(str(r["balance"])),
-            datetime.fromisoformat(str(r["updated_at"])),
-        )
-        for r in rows
-    }
+    return shown_customers(rows)
 
 
 def two_builds_at_once(cli) -> None:  # noqa: ANN001

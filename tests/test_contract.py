@@ -42,14 +42,15 @@ def oracle(files: list[Path]) -> dict[int, tuple]:
     }
 
 
-def shown_customers(shown: list[dict]) -> dict[int, tuple]:
-    """`dbt show --output json` rows as the oracle's tuples (JSON has floats and ISO strings;
-    BigQuery's timestamps come back in UTC with an offset)."""
+def naive(value: str | datetime) -> datetime:
+    """A timestamp as the oracle has it: naive UTC (BigQuery's come back with an offset)."""
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return parsed.astimezone(UTC).replace(tzinfo=None) if parsed.tzinfo else parsed
 
-    def naive(text: str) -> datetime:
-        value = datetime.fromisoformat(text)
-        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
 
+def shown_customers(shown: list[dict], extra: tuple[str, ...] = ()) -> dict[int, tuple]:
+    """Customers rows (`dbt show --output json`: floats and ISO strings, or a client's) as the
+    oracle's tuples, followed by the ``extra`` columns."""
     return {
         r["customer_id"]: (
             r["name"],
@@ -57,6 +58,7 @@ def shown_customers(shown: list[dict]) -> dict[int, tuple]:
             r["tier"],
             Decimal(str(r["balance"])),
             naive(r["updated_at"]),
+            *(r[c] for c in extra),
         )
         for r in shown
     }
