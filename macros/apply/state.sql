@@ -54,11 +54,22 @@
   {{ return(source('cdc_state', name)) }}
 {% endmacro %}
 
-{#- Forget tombstones older than N days: a late File older than that could resurrect a key. -#}
+{#- Forget tombstones older than N days: a late File older than that could resurrect a key.
+    `dbt run-operation` commits when the macro returns (PostgreSQL). -#}
+{#- A timestamp N days before now, comparable with the state tables' timestamp columns. -#}
+{% macro days_ago(days) %}
+  {{ return(adapter.dispatch('days_ago', 'cdc')(days)) }}
+{% endmacro %}
+{% macro default__days_ago(days) %}
+  {{ return(dbt.dateadd('day', -1 * days, dbt.current_timestamp())) }}
+{% endmacro %}
+{#- dbt-bigquery's dateadd returns a DATETIME, which BigQuery will not compare with a TIMESTAMP. -#}
+{% macro bigquery__days_ago(days) %}
+  {{ return('timestamp_sub(current_timestamp(), interval ' ~ days ~ ' day)') }}
+{% endmacro %}
+
 {% macro purge_tombstones(older_than_days) %}
   {%- set rel = cdc.state_relation('tombstones') -%}
-  {%- set cutoff = dbt.dateadd('day', -1 * (older_than_days | int), dbt.current_timestamp()) -%}
-  {%- do run_query('delete from ' ~ rel ~ ' where deleted_at < ' ~ cutoff) -%}
-  {%- if adapter.type() == 'postgres' %}{% do adapter.commit() %}{% endif -%}
+  {%- do run_query('delete from ' ~ rel ~ ' where deleted_at < ' ~ cdc.days_ago(older_than_days | int)) -%}
   {{ log('purged tombstones older than ' ~ older_than_days ~ ' days from ' ~ rel, info=true) }}
 {% endmacro %}
