@@ -1,4 +1,4 @@
-"""`dbt run-operation cdc.purge_tombstones --args '{older_than_days: N}'` (README, Apply), as a
+"""`dbt run-operation cdc.purge_tombstones --args '{older_than_days: N}'` (macros/README.md), as a
 process: tombstones older than N days go, newer ones stay, on PostgreSQL and BigQuery (emulator).
 Not run on local Spark (a JVM start per dbt process; the suite is at CI's time limit): there the
 default `dateadd` path runs, the one PostgreSQL takes.
