@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runner.entities import Entity
 from runner.errors import ConfigError
-from runner.fs import FilePath, RemoteFile, file_size_mtime, filesystem
+from runner.fs import FilePath, RemoteFile, file_size_mtime, filesystem, size_mtime
 
 
 @dataclass(frozen=True)
@@ -130,12 +130,7 @@ def settle(
     stable, notes = [], []
     for f in files:
         try:
-            if isinstance(f.path, RemoteFile):
-                size, mtime = f.path.stat()
-            else:
-                st = f.path.stat()
-                size = st.st_size
-                mtime = datetime.fromtimestamp(st.st_mtime, UTC).replace(tzinfo=None)
+            size, mtime = size_mtime(f.path)
         except FileNotFoundError:
             notes.append(f"{f.path}: disappeared between two listings; skipped")
             continue

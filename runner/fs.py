@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from runner.errors import ConfigError
 
 # Protocol spellings that name the same store (Hadoop's connectors versus fsspec's).
-SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "abfss", "dbfs": "dbfs"}
+SAME_STORE = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "abfss"}
 
 
 def is_uri(location: str) -> bool:
@@ -34,9 +34,6 @@ class RemoteFile:
     uri: str
 
     def __str__(self) -> str:
-        return self.uri
-
-    def __fspath__(self) -> str:  # so that os.fspath() and str() agree
         return self.uri
 
     @property
@@ -62,6 +59,14 @@ class RemoteFile:
 
 
 FilePath = Path | RemoteFile
+
+
+def size_mtime(path: FilePath) -> tuple[int, datetime]:
+    """A File's size and modification time (naive UTC), local or remote."""
+    if isinstance(path, RemoteFile):
+        return path.stat()
+    st = path.stat()
+    return st.st_size, datetime.fromtimestamp(st.st_mtime, UTC).replace(tzinfo=None)
 
 
 def as_file(location: str) -> FilePath:

@@ -165,7 +165,7 @@ def test_bigquery_staging_a_file_again_replaces_its_rows(
     for attempt in ("first", "second"):
         result = stage_entity(spark, entity, [f], attempt, destination.writer())
         assert result.staged == {1: len(ROUND_1["LOAD00000001.csv"])}, result
-    client = destination.client()
+    client = destination.client
     dataset = f"`{destination.gcp_project}`.`bq_restage`"
     rows = list(client.query(f"select _cdc_process_id from {dataset}.customers__staged").result())
     assert [r[0] for r in rows] == ["second"] * len(ROUND_1["LOAD00000001.csv"])

@@ -7,7 +7,6 @@ branches on the target type.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -88,10 +87,6 @@ class Destination:
     def writer(self) -> StagingWriter:  # pragma: no cover
         raise NotImplementedError
 
-    def staging_location(self, entity: Entity) -> tuple[str, str]:
-        """(schema, table) the entity's rows are staged to."""
-        return entity.staging_schema, entity.staging_table
-
     # --- reading back what dbt wrote ------------------------------------------------------
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
         """(content hash, target table) of every Applied File Marker; [] before the first
@@ -111,4 +106,4 @@ class Destination:
 
     def scratch_dir(self) -> Path:
         """A local folder for files on their way to the destination (created on demand)."""
-        return Path(os.fspath(self.project.state_dir / self.project.target_name / "scratch"))
+        return self.project.state_dir / self.project.target_name / "scratch"

@@ -17,6 +17,7 @@ import hashlib
 import re
 import shutil
 import tempfile
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,20 +93,22 @@ class BigQueryDestination(Destination):
             raise ConfigError(f"profile target {self.project.target_name!r} has no project")
         return str(value)
 
+    @cached_property
     def client(self) -> Any:
+        """One client per destination (dbt-bigquery builds it from the profile)."""
         return bq_client(self.project.target)
 
     def writer(self) -> StagingWriter:
         return BigQueryWriter(self)
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
-        return [tuple(r.values()) for r in self.client().query(sql).result()]
+        return [tuple(r.values()) for r in self.client.query(sql).result()]
 
     def _exists(self, dataset: str, table: str) -> bool:
         from google.api_core.exceptions import NotFound
 
         try:
-            self.client().get_table(f"{self.gcp_project}.{dataset}.{table}")
+            self.client.get_table(f"{self.gcp_project}.{dataset}.{table}")
         except NotFound:
             return False
         return True
@@ -177,7 +180,7 @@ class BigQueryWriter(StagingWriter):
         from google.cloud import bigquery
 
         dest = self.destination
-        client = dest.client()
+        client = dest.client
         entity = batch.entity
         lineage = lineage_columns()
         project = dest.gcp_project
@@ -187,7 +190,8 @@ class BigQueryWriter(StagingWriter):
             dataset.location = str(location)
         client.create_dataset(dataset, exists_ok=True)
         table_id = f"{project}.{entity.staging_schema}.{entity.staging_table}"
-        client.create_table(bigquery.Table(table_id, schema=self.schema(batch)), exists_ok=True)
+        schema = self.schema(batch)
+        client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
         table = bq_name(project, entity.staging_schema, entity.staging_table)
         hashes = sorted(f.content_hash for f in batch.files)
         by_hash = [bigquery.ArrayQueryParameter("hashes", "STRING", hashes)]
@@ -202,7 +206,7 @@ class BigQueryWriter(StagingWriter):
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.PARQUET,
             write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
-            schema=self.schema(batch),
+            schema=schema,
         )
         for i, part in enumerate(parts):
             job_id = f"cdc_stage_{entity.staging_table}_{attempt}_{i}"
