@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from runner.contract import PREFIX
 from runner.errors import ConfigError
-from runner.lineage import PREFIX
 from runner.project import IDENTIFIER, Project
 
 FORMATS = ("csv", "json", "parquet")

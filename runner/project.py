@@ -115,6 +115,7 @@ class Project:
     profile_name: str
     target_name: str
     target: dict[str, Any]
+    dbt_vars: dict[str, Any] = field(default_factory=dict)
 
     @property
     def state_dir(self) -> Path:
@@ -138,9 +139,11 @@ class Project:
         dbt_dir = (root / settings.dbt_project_dir).resolve()
         profile_name = "cdc"
         dbt_project_file = dbt_dir / "dbt_project.yml"
+        dbt_vars: dict[str, Any] = {}
         if dbt_project_file.exists():
             dbt_conf = yaml.safe_load(dbt_project_file.read_text()) or {}
             profile_name = str(dbt_conf.get("profile", profile_name))
+            dbt_vars = dict(dbt_conf.get("vars") or {})
         prof_dir = cls._profiles_dir(root, profiles_dir)
         profiles_file = prof_dir / "profiles.yml"
         if not profiles_file.exists():
@@ -168,6 +171,7 @@ class Project:
             profile_name=profile_name,
             target_name=str(target_name),
             target=rendered,
+            dbt_vars=dbt_vars,
         )
 
     @staticmethod
@@ -190,6 +194,25 @@ class Project:
                 ctx[name] = ctx[alias]
         ctx.setdefault("name", self.target_name)
         return ctx
+
+    @property
+    def state_schema(self) -> str:
+        """The one schema of the state tables (staged-files manifest, Applied File Markers,
+        tombstones), for the runner and dbt alike: dbt_project.yml's ``vars: cdc_state_schema``
+        (what ``cdc.state_schema()`` reads), else the target's schema."""
+        scoped = self.dbt_vars.get("cdc")
+        value = self.dbt_vars.get("cdc_state_schema")
+        if isinstance(scoped, dict) and "cdc_state_schema" in scoped:
+            value = scoped["cdc_state_schema"]
+        if value is None:
+            value = self.target_context.get("schema", "")
+        text = str(value)
+        if "{{" in text:
+            raise ConfigError(
+                f"vars.cdc_state_schema {text!r}: write the schema name itself (the runner "
+                "reads it too and does not render Jinja there)"
+            )
+        return validate_identifier(text, "vars.cdc_state_schema")
 
     def target_setting(self, key: str) -> Any:
         return self.settings.targets.get(self.target_name, {}).get(key)

@@ -19,9 +19,9 @@ import pytest
 from conftest import drop_database, read_table
 
 from audit import AuditDB
+from runner.contract import lineage_columns, state_tables
 from runner.ids import new_process_id
 from runner.ingest import ingest
-from runner.lineage import lineage_columns, state_tables
 from runner.project import Project
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]

@@ -24,7 +24,7 @@ from conftest import Cli
 from test_apply import LATE, ROUND_1, ROUND_2, ROUND_3, change, oracle, seq, write
 from test_contract import shown_customers
 
-from runner.lineage import lineage_columns
+from runner.contract import lineage_columns
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.bigquery]
 KILL_AT = Path(__file__).parent / "kill_at.py"

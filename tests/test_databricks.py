@@ -17,10 +17,10 @@ from conftest import drop_database, make_project
 from test_ingest import oracle, staged_tuples
 
 from audit import AuditDB
+from runner.contract import state_tables
 from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
-from runner.lineage import state_tables
 from runner.project import Project
 
 pytestmark = [pytest.mark.spark]

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from conftest import REPO, make_project
 
+from runner.contract import PREFIX, lineage_columns
 from runner.discover import discover, settle
 from runner.entities import load_entities
 from runner.errors import ConfigError
 from runner.hashing import content_hash
-from runner.lineage import PREFIX, lineage_columns
 from runner.project import Project
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from audit import AuditDB
+from runner.contract import lineage_columns
 from runner.ids import new_process_id
 from runner.ingest import ingest
-from runner.lineage import lineage_columns
 from runner.project import Project
 
 pytestmark = pytest.mark.spark

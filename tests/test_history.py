@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import drop_database, query
 
-from runner.lineage import lineage_columns
+from runner.contract import lineage_columns
 from runner.project import Project
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]

@@ -13,11 +13,11 @@ import pytest
 from conftest import read_table
 
 from audit import AuditDB
+from runner.contract import lineage_columns, state_tables
 from runner.entities import load_entities
 from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
-from runner.lineage import lineage_columns, state_tables
 from runner.project import Project
 
 pytestmark = pytest.mark.spark

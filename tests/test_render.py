@@ -15,7 +15,7 @@ import sqlglot
 import yaml
 from conftest import drop_database, make_project
 
-from runner.lineage import lineage_columns, state_tables
+from runner.contract import lineage_columns, state_tables
 
 pytestmark = pytest.mark.dbt
 

@@ -1,6 +1,7 @@
 {#- What every adapter wrapper needs: the apply statements for this model's run. -#}
 
 {% macro model_apply_statements(target, source) %}
+  {%- do cdc.create_state_tables() -%}
   {%- set columns = adapter.get_columns_in_relation(target) -%}
   {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name())) }}
 {% endmacro %}
@@ -8,6 +9,7 @@
 {#- First run or --full-refresh: forget this target's markers and tombstones, create the
     table empty, then apply every staged File. Runs the preparation now; returns the apply. -#}
 {% macro create_then_apply_statements(relation, sql, create_table_sql) %}
+  {%- do cdc.create_state_tables() -%}
   {%- for stmt in cdc.reset_statements(cdc.target_name()) -%}
     {%- do run_query(stmt) -%}
   {%- endfor -%}

@@ -1,44 +1,71 @@
-{#- The state tables (see common/state_tables.sql), created when missing by an on-run-start hook. -#}
+{#- The state tables (common/contract.sql): the staged-files manifest, the Applied File Markers and
+    the tombstones, in one schema for the runner and dbt alike. They are created by the apply
+    path itself (and by `runner ingest` for the manifest), never by a project-wide hook, so a
+    project that installs this package sees dbt's results unchanged apart from its apply models. -#}
 
+{#- The state schema: `vars: {cdc_state_schema: ...}` in dbt_project.yml (the runner reads the same
+    var), else the target's schema. The source cdc_state (models/cdc_state.yml) says the same. -#}
+{% macro state_schema() %}
+  {{ return(var('cdc_state_schema', target.schema)) }}
+{% endmacro %}
+
+{#- Creates the state tables that are missing. Called by every apply before it reads them;
+    `dbt run-operation cdc.create_state_tables` does the same by hand. -#}
 {% macro create_state_tables() %}
   {{ return(adapter.dispatch('create_state_tables', 'cdc')()) }}
 {% endmacro %}
 
 {% macro default__create_state_tables() %}
   {%- if not execute -%}{{ return('') }}{%- endif -%}
-  {%- set t = cdc.state_tables() -%}
-  {%- set s, b, ts = dbt.type_string(), dbt.type_bigint(), dbt.type_timestamp() -%}
-  {%- set types = {
-      'staged_files': [s, s, s, s, b, ts],
-      'applied_files': [s, s, s, s, s, ts, b, b, b, b],
-      'tombstones': [s, s, s, s, s, s, ts],
-  } -%}
-  {%- set db = target.database if target.database is defined else none -%}
-  {%- do adapter.create_schema(api.Relation.create(database=db, schema=target.schema)) -%}
-  {%- for name, spec in t.items() -%}
-    {%- set rel = api.Relation.create(database=db, schema=target.schema, identifier=spec.identifier) -%}
-    {%- set ddl -%}
-      create table if not exists {{ rel }} (
-        {%- for col in spec.columns %}
-        {{ col }} {{ types[name][loop.index0] }}{{ ',' if not loop.last }}
-        {%- endfor %}
-      ){{ cdc.table_format_clause() }}
-    {%- endset -%}
-    {%- do run_query(ddl) -%}
+  {%- for name, spec in cdc.state_tables().items() -%}
+    {%- set rel = cdc.state_relation(name) -%}
+    {%- if adapter.get_relation(database=rel.database, schema=rel.schema, identifier=rel.identifier) is none -%}
+      {%- do adapter.create_schema(api.Relation.create(database=rel.database, schema=rel.schema)) -%}
+      {%- do run_query(cdc._state_table_ddl(rel, spec)) -%}
+    {%- endif -%}
   {%- endfor -%}
   {{ return('') }}
 {% endmacro %}
 
-{#- PostgreSQL also makes a second marker for one (table, File) impossible: of two applies
-    that got past every other guard, the second fails instead of applying twice. -#}
+{#- PostgreSQL: inside the model's transaction, with a unique index on each table's key, so that
+    of two applies that got past every other guard the second fails instead of applying twice.
+    Only when a table is missing, and then under a lock: two first applies at once must not both
+    create it (the lock is held to the commit, so it is never taken once the tables exist). -#}
 {% macro postgres__create_state_tables() %}
-  {%- do cdc.default__create_state_tables() -%}
-  {%- if execute -%}
-    {%- set rel = cdc.state_relation('applied_files') -%}
-    {%- do run_query('create unique index if not exists ' ~ adapter.quote(rel.identifier ~ '__one_per_file')
-        ~ ' on ' ~ rel ~ ' (target_table, file_hash)') -%}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- set missing = [] -%}
+  {%- for name, spec in cdc.state_tables().items() -%}
+    {%- set rel = cdc.state_relation(name) -%}
+    {%- if adapter.get_relation(database=rel.database, schema=rel.schema, identifier=rel.identifier) is none -%}
+      {%- do missing.append((rel, spec)) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- if missing -%}
+    {%- do run_query("select pg_advisory_xact_lock(hashtextextended('cdc state tables', 0))") -%}
   {%- endif -%}
+  {%- for rel, spec in missing -%}
+    {%- do run_query('create schema if not exists ' ~ adapter.quote(rel.schema)) -%}
+    {%- do run_query(cdc._state_table_ddl(rel, spec)) -%}
+    {%- if spec.key -%}
+      {%- set cols = [] -%}
+      {%- for k in spec.key -%}{%- do cols.append(adapter.quote(k)) -%}{%- endfor -%}
+      {%- do run_query('create unique index if not exists ' ~ adapter.quote(rel.identifier ~ '__key')
+          ~ ' on ' ~ rel ~ ' (' ~ cols | join(', ') ~ ')') -%}
+    {%- endif -%}
+  {%- endfor -%}
   {{ return('') }}
+{% endmacro %}
+
+{#- CREATE TABLE for one state table, its columns and types from the contract. -#}
+{% macro _state_table_ddl(relation, spec) %}
+  {%- set ddl -%}
+    create table if not exists {{ relation }} (
+      {%- for col, type in spec.columns.items() %}
+      {{ adapter.quote(col) }} {{ cdc.contract_type(type) }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    ){{ cdc.table_format_clause() }}
+  {%- endset -%}
+  {{ return(ddl) }}
 {% endmacro %}
 
 {#- `using iceberg` / `using delta` on Spark destinations; nothing elsewhere. -#}

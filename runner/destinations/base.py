@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from runner.contract import lineage_on, state_table
+from runner.errors import ConfigError
 from runner.fs import FilePath
 
 if TYPE_CHECKING:
@@ -40,6 +42,39 @@ class StagedBatch:
     staged_at: datetime
 
 
+def staged_types(entity: Entity) -> dict[str, str]:
+    """Every column of a staged row -> its Spark SQL type, in order: the entity's declared
+    columns, then the contract's staged lineage columns (a destination maps these types)."""
+    declared = {c.name: c.data_type for c in entity.columns}
+    out = dict(declared)
+    for col in lineage_on("staged"):
+        out[col.name] = declared[entity.sequence] if col.type == "sequence" else col.type
+    return out
+
+
+def manifest_rows(batch: StagedBatch) -> list[dict[str, Any]]:
+    """The staged-files manifest rows of a batch, one per File, keyed by the contract's columns
+    (``cdc_staged_files``) in their order."""
+    spec = state_table("staged_files")
+    out = []
+    for f in batch.files:
+        values = {
+            "entity": batch.entity.name,
+            "file_hash": f.content_hash,
+            "file_name": f.path.name,
+            "process_id": batch.process_id,
+            "staged_rows": batch.counts.get(f.content_hash, 0),
+            "staged_at": batch.staged_at,
+        }
+        missing = [c for c in spec.columns if c not in values]
+        if missing:
+            raise ConfigError(
+                f"contract.sql: {spec.identifier} has columns the runner cannot fill: {missing}"
+            )
+        out.append({c: values[c] for c in spec.columns})
+    return out
+
+
 class StagingWriter:
     """Writes a batch to the destination: the Files' rows (replacing their earlier rows, so a
     retried File is never duplicated), then their staged-files manifest rows."""
@@ -63,8 +98,13 @@ class Destination:
 
     @property
     def schema(self) -> str:
-        """The target's schema (dataset on BigQuery): where dbt keeps the state tables."""
+        """The target's schema (dataset on BigQuery)."""
         return str(self.project.target_context.get("schema", ""))
+
+    @property
+    def state_schema(self) -> str:
+        """Where the state tables live, for the runner and dbt alike (``Project.state_schema``)."""
+        return self.project.state_schema
 
     # --- Spark, which stages every destination's Files -----------------------------------
     def spark_conf(self) -> dict[str, str]:

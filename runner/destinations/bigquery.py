@@ -21,9 +21,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.destinations.base import Destination, StagedBatch, StagingWriter
+from runner.contract import lineage_columns, state_table
+from runner.destinations.base import (
+    Destination,
+    StagedBatch,
+    StagingWriter,
+    manifest_rows,
+    staged_types,
+)
 from runner.errors import ConfigError, IntegrityError
-from runner.lineage import lineage_columns, staged_columns, state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,6 +110,15 @@ class BigQueryDestination(Destination):
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r.values()) for r in self.client.query(sql).result()]
 
+    def create_dataset(self, name: str) -> None:
+        from google.cloud import bigquery
+
+        dataset = bigquery.Dataset(f"{self.gcp_project}.{name}")
+        location = self.project.target.get("location")
+        if location:
+            dataset.location = str(location)
+        self.client.create_dataset(dataset, exists_ok=True)
+
     def _exists(self, dataset: str, table: str) -> bool:
         from google.api_core.exceptions import NotFound
 
@@ -114,10 +129,10 @@ class BigQueryDestination(Destination):
         return True
 
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        table = state_tables()["applied_files"]["identifier"]
-        if not self._exists(self.schema, table):
+        table = state_table("applied_files").identifier
+        if not self._exists(self.state_schema, table):
             return []
-        name = bq_name(self.gcp_project, self.schema, table)
+        name = bq_name(self.gcp_project, self.state_schema, table)
         return [(r[0], r[1]) for r in self._rows(f"select file_hash, target_table from {name}")]
 
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
@@ -134,35 +149,11 @@ class BigQueryWriter(StagingWriter):
         self.destination = destination
 
     def schema(self, batch: StagedBatch) -> list[Any]:
-        from google.cloud.bigquery import SchemaField
-
-        entity = batch.entity
-        lineage = lineage_columns()
-        declared = {c.name: c.data_type for c in entity.columns}
-        types = {c.name: bq_type(c.data_type) for c in entity.columns}
-        types.update(
-            {
-                lineage["operation"]: ("STRING", None, None),
-                lineage["sequence"]: bq_type(declared[entity.sequence]),
-                lineage["process_id"]: ("STRING", None, None),
-                lineage["file_hash"]: ("STRING", None, None),
-                lineage["file_name"]: ("STRING", None, None),
-                lineage["row_number"]: ("INT64", None, None),
-                lineage["ingested_at"]: ("TIMESTAMP", None, None),
-            }
-        )
-        fields = []
-        for name in [c.name for c in entity.columns] + staged_columns():
-            kind, precision, scale = types[name]
-            if precision is None or scale is None:
-                fields.append(SchemaField(name, kind))
-            else:
-                fields.append(SchemaField(name, kind, precision=precision, scale=scale))
-        return fields
+        return schema_fields(staged_types(batch.entity))
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
-        columns = [c.name for c in entity.columns] + staged_columns()
+        columns = list(staged_types(entity))
         scratch_root = self.destination.scratch_dir()
         scratch_root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=scratch_root))
@@ -185,10 +176,7 @@ class BigQueryWriter(StagingWriter):
         lineage = lineage_columns()
         project = dest.gcp_project
         location = dest.project.target.get("location")
-        dataset = bigquery.Dataset(f"{project}.{entity.staging_schema}")
-        if location:
-            dataset.location = str(location)
-        client.create_dataset(dataset, exists_ok=True)
+        dest.create_dataset(entity.staging_schema)
         table_id = f"{project}.{entity.staging_schema}.{entity.staging_table}"
         schema = self.schema(batch)
         client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
@@ -237,46 +225,47 @@ class BigQueryWriter(StagingWriter):
     def _manifest(self, client: Any, batch: StagedBatch) -> None:
         from google.cloud import bigquery
 
-        entity = batch.entity
-        project = self.destination.gcp_project
-        spec = state_tables()["staged_files"]
-        cols = spec["columns"]
-        types = ["STRING", "STRING", "STRING", "STRING", "INT64", "TIMESTAMP"]
-        table_id = f"{project}.{entity.staging_schema}.{spec['identifier']}"
+        dest = self.destination
+        project, dataset = dest.gcp_project, dest.state_schema
+        spec = state_table("staged_files")
+        cols = list(spec.columns)
+        dest.create_dataset(dataset)
+        table_id = f"{project}.{dataset}.{spec.identifier}"
         client.create_table(
-            bigquery.Table(
-                table_id,
-                schema=[bigquery.SchemaField(c, t) for c, t in zip(cols, types, strict=True)],
-            ),
-            exists_ok=True,
+            bigquery.Table(table_id, schema=schema_fields(spec.columns)), exists_ok=True
         )
-        table = bq_name(project, entity.staging_schema, spec["identifier"])
-        params: list[Any] = [
-            bigquery.ScalarQueryParameter("entity", "STRING", entity.name),
-            bigquery.ScalarQueryParameter("process_id", "STRING", batch.process_id),
-            bigquery.ScalarQueryParameter("staged_at", "TIMESTAMP", batch.staged_at),
-        ]
+        table = bq_name(project, dataset, spec.identifier)
+        params: list[Any] = []
         rows = []
-        for i, f in enumerate(batch.files):
-            rows.append(
-                f"select @entity as `{cols[0]}`, @h{i} as `{cols[1]}`, @n{i} as `{cols[2]}`, "
-                f"@process_id as `{cols[3]}`, @rows{i} as `{cols[4]}`, @staged_at as `{cols[5]}`"
-            )
-            params += [
-                bigquery.ScalarQueryParameter(f"h{i}", "STRING", f.content_hash),
-                bigquery.ScalarQueryParameter(f"n{i}", "STRING", f.path.name),
-                bigquery.ScalarQueryParameter(
-                    f"rows{i}", "INT64", batch.counts.get(f.content_hash, 0)
-                ),
-            ]
+        for i, row in enumerate(manifest_rows(batch)):
+            items = []
+            for j, c in enumerate(cols):
+                kind = bq_type(spec.columns[c])[0]
+                params.append(bigquery.ScalarQueryParameter(f"v{i}_{j}", kind, row[c]))
+                items.append(f"@v{i}_{j} as `{c}`")
+            rows.append("select " + ", ".join(items))
         # One statement: a File is in the manifest once, with this attempt's values.
         names = ", ".join(f"`{c}`" for c in cols)
+        on = " and ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
         script = (
-            f"merge {table} t using ({' union all '.join(rows)}) s "
-            f"on t.`{cols[0]}` = s.`{cols[0]}` and t.`{cols[1]}` = s.`{cols[1]}` "
+            f"merge {table} t using ({' union all '.join(rows)}) s on {on} "
             "when matched then update set "
-            + ", ".join(f"`{c}` = s.`{c}`" for c in cols[2:])
+            + ", ".join(f"`{c}` = s.`{c}`" for c in cols if c not in spec.key)
             + f" when not matched then insert ({names}) values "
             + f"({', '.join(f's.`{c}`' for c in cols)})"
         )
         client.query(script, job_config=bigquery.QueryJobConfig(query_parameters=params)).result()
+
+
+def schema_fields(types: dict[str, str]) -> list[Any]:
+    """BigQuery schema fields for columns with Spark SQL types (declared, or the contract's)."""
+    from google.cloud.bigquery import SchemaField
+
+    fields = []
+    for name, spark_type in types.items():
+        kind, precision, scale = bq_type(spark_type)
+        if precision is None or scale is None:
+            fields.append(SchemaField(name, kind))
+        else:
+            fields.append(SchemaField(name, kind, precision=precision, scale=scale))
+    return fields

@@ -52,10 +52,12 @@ class DatabricksDestination(Destination):
         return session
 
     def writer(self) -> StagingWriter:
-        return SparkTableWriter(self.table_format, catalog=self.catalog)
+        return SparkTableWriter(
+            self.table_format, catalog=self.catalog, state_schema=self.state_schema
+        )
 
     def _namespace(self) -> list[str]:
-        return [self.catalog, self.schema] if self.catalog else [self.schema]
+        return [self.catalog, self.state_schema] if self.catalog else [self.state_schema]
 
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
         return spark_markers(spark or self.spark_session(), self._namespace())

@@ -14,9 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.destinations.base import Destination, StagedBatch, StagingWriter
+from runner.contract import lineage_columns, state_table
+from runner.destinations.base import (
+    Destination,
+    StagedBatch,
+    StagingWriter,
+    manifest_rows,
+    staged_types,
+)
 from runner.errors import ConfigError, IntegrityError
-from runner.lineage import lineage_columns, staged_columns, state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,7 +79,7 @@ class PostgresDestination(Destination):
     """dbt-postgres targets: staged with COPY; the Audit DB defaults to the same server."""
 
     def writer(self) -> StagingWriter:
-        return PostgresWriter(self.project.target, self.scratch_dir())
+        return PostgresWriter(self.project.target, self.scratch_dir(), self.state_schema)
 
     def _fetch(self, sql: str, relation: tuple[str, str] | None = None) -> list[tuple[Any, ...]]:
         conn = connect(self.project.target)
@@ -89,9 +95,10 @@ class PostgresDestination(Destination):
             conn.close()
 
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        table = state_tables()["applied_files"]["identifier"]
+        table = state_table("applied_files").identifier
+        schema = self.state_schema
         rows = self._fetch(
-            f"select file_hash, target_table from {q(self.schema, table)}", (self.schema, table)
+            f"select file_hash, target_table from {q(schema, table)}", (schema, table)
         )
         return [(r[0], r[1]) for r in rows]
 
@@ -118,26 +125,15 @@ class PostgresDestination(Destination):
 class PostgresWriter(StagingWriter):
     forbidden_characters = {"\x00": "a NUL character (PostgreSQL cannot store it in text)"}
 
-    def __init__(self, target: dict[str, Any], scratch_dir: Path) -> None:
+    def __init__(self, target: dict[str, Any], scratch_dir: Path, state_schema: str) -> None:
         self.target = target
         self.scratch_dir = scratch_dir
+        self.state_schema = state_schema
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
-        lineage = lineage_columns()
-        columns = [c.name for c in entity.columns] + staged_columns()
-        types = {c.name: pg_type(c.data_type) for c in entity.columns}
-        types.update(
-            {
-                lineage["operation"]: "text",
-                lineage["sequence"]: types[entity.sequence],
-                lineage["process_id"]: "text",
-                lineage["file_hash"]: "text",
-                lineage["file_name"]: "text",
-                lineage["row_number"]: "bigint",
-                lineage["ingested_at"]: "timestamp",
-            }
-        )
+        types = {name: pg_type(t) for name, t in staged_types(entity).items()}
+        columns = list(types)
         self.scratch_dir.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=self.scratch_dir))
         try:
@@ -164,8 +160,7 @@ class PostgresWriter(StagingWriter):
         entity, files, counts = batch.entity, batch.files, batch.counts
         lineage = lineage_columns()
         schema, table = entity.staging_schema, entity.staging_table
-        spec = state_tables()["staged_files"]
-        mcols = spec["columns"]
+        spec = state_table("staged_files")
         hashes = [f.content_hash for f in files]
         conn = connect(self.target)
         try:
@@ -180,12 +175,8 @@ class PostgresWriter(StagingWriter):
                     f"CREATE INDEX IF NOT EXISTS {q(table + '__by_file')} "
                     f"ON {q(schema, table)} ({q(lineage['file_hash'])})"
                 )
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS {q(schema, spec['identifier'])} ("
-                    f"{q(mcols[0])} text NOT NULL, {q(mcols[1])} text NOT NULL, "
-                    f"{q(mcols[2])} text, {q(mcols[3])} text, {q(mcols[4])} bigint, "
-                    f"{q(mcols[5])} timestamp, PRIMARY KEY ({q(mcols[0])}, {q(mcols[1])}))"
-                )
+                for stmt in state_table_ddl(self.state_schema, "staged_files"):
+                    cur.execute(stmt)
                 cur.execute(
                     f"DELETE FROM {q(schema, table)} WHERE {q(lineage['file_hash'])} = ANY(%s)",
                     (hashes,),
@@ -204,25 +195,35 @@ class PostgresWriter(StagingWriter):
                     raise IntegrityError(
                         f"COPY into {schema}.{table} loaded {copied} rows, expected {expected}"
                     )
+                manifest = q(self.state_schema, spec.identifier)
+                cols = list(spec.columns)
                 cur.execute(
-                    f"DELETE FROM {q(schema, spec['identifier'])} "
-                    f"WHERE {q(mcols[0])} = %s AND {q(mcols[1])} = ANY(%s)",
+                    f"DELETE FROM {manifest} "
+                    f"WHERE {q('entity')} = %s AND {q('file_hash')} = ANY(%s)",
                     (entity.name, hashes),
                 )
                 cur.executemany(
-                    f"INSERT INTO {q(schema, spec['identifier'])} "
-                    f"({', '.join(q(c) for c in mcols)}) VALUES (%s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            entity.name,
-                            f.content_hash,
-                            f.path.name,
-                            batch.process_id,
-                            counts.get(f.content_hash, 0),
-                            batch.staged_at,
-                        )
-                        for f in files
-                    ],
+                    f"INSERT INTO {manifest} ({', '.join(q(c) for c in cols)}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})",
+                    [tuple(r[c] for c in cols) for r in manifest_rows(batch)],
                 )
         finally:
             conn.close()
+
+
+def state_table_ddl(schema: str, name: str) -> list[str]:
+    """CREATE statements for one state table, from the contract: the schema, the table, and a
+    unique index on its key (PostgreSQL enforces what the other destinations only declare).
+    The dbt package's ``postgres__`` state-table macros make the same."""
+    spec = state_table(name)
+    cols = ", ".join(f"{q(c)} {pg_type(t)}" for c, t in spec.columns.items())
+    out = [
+        f"CREATE SCHEMA IF NOT EXISTS {q(schema)}",
+        f"CREATE TABLE IF NOT EXISTS {q(schema, spec.identifier)} ({cols})",
+    ]
+    if spec.key:
+        out.append(
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {q(spec.identifier + '__key')} "
+            f"ON {q(schema, spec.identifier)} ({', '.join(q(k) for k in spec.key)})"
+        )
+    return out

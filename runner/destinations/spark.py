@@ -13,9 +13,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from runner.destinations.base import Destination, StagedBatch, StagingWriter
+from runner.contract import lineage_columns, state_table
+from runner.destinations.base import (
+    Destination,
+    StagedBatch,
+    StagingWriter,
+    manifest_rows,
+)
 from runner.errors import ConfigError, IntegrityError
-from runner.lineage import lineage_columns, state_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,13 +56,13 @@ class SparkDestination(Destination):
         return build_session(self.project, self.spark_conf(), app_name, hive_support=True)
 
     def writer(self) -> StagingWriter:
-        return SparkTableWriter("iceberg")
+        return SparkTableWriter("iceberg", state_schema=self.state_schema)
 
     def _session(self, spark: SparkSession | None) -> SparkSession:
         return spark if spark is not None else self.spark_session()
 
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        return spark_markers(self._session(spark), [self.schema])
+        return spark_markers(self._session(spark), [self.state_schema])
 
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         return spark_table_rows(self._session(spark), tables)
@@ -65,7 +70,7 @@ class SparkDestination(Destination):
 
 def spark_markers(spark: SparkSession, namespace: list[str]) -> list[tuple[str, str]]:
     """The Applied File Markers in ``namespace`` (schema, or catalog and schema)."""
-    table = state_tables()["applied_files"]["identifier"]
+    table = state_table("applied_files").identifier
     name = ".".join([*namespace, table])
     if not spark.catalog.tableExists(name):
         return []
@@ -84,9 +89,12 @@ def spark_table_rows(spark: SparkSession, tables: list[str]) -> dict[str, int]:
 class SparkTableWriter(StagingWriter):
     """Staging tables in the session's catalog, as ``table_format`` (iceberg, delta)."""
 
-    def __init__(self, table_format: str = "iceberg", catalog: str | None = None) -> None:
+    def __init__(
+        self, table_format: str = "iceberg", catalog: str | None = None, *, state_schema: str
+    ) -> None:
         self.table_format = table_format
         self.catalog = catalog
+        self.state_schema = state_schema
 
     def _name(self, *parts: str) -> tuple[str, str]:
         """(quoted name for SQL, plain name for the catalog API)."""
@@ -136,33 +144,20 @@ class SparkTableWriter(StagingWriter):
         return (int(row["snapshot_id"]), str(row["added"] or 0)) if row else None
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
-        entity = batch.entity
-        spec = state_tables()["staged_files"]
-        cols = spec["columns"]
-        table, plain = self._name(entity.staging_schema, spec["identifier"])
-        rows = [
-            (
-                entity.name,
-                f.content_hash,
-                f.path.name,
-                batch.process_id,
-                batch.counts.get(f.content_hash, 0),
-                batch.staged_at,
-            )
-            for f in batch.files
-        ]
-        types = ["string", "string", "string", "string", "bigint", "timestamp"]
-        new = spark.createDataFrame(
-            rows, ", ".join(f"{c} {t}" for c, t in zip(cols, types, strict=True))
-        )
+        spec = state_table("staged_files")
+        cols = list(spec.columns)
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(self.state_schema)[0]}")
+        table, plain = self._name(self.state_schema, spec.identifier)
+        rows = [tuple(r[c] for c in cols) for r in manifest_rows(batch)]
+        new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
         if not spark.catalog.tableExists(plain):
             new.limit(0).writeTo(table).using(self.table_format).create()
         view = "__cdc_new_staged_files"
         new.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
         try:
             spark.sql(
-                f"MERGE INTO {table} t USING {view} s "
-                f"ON t.{cols[0]} = s.{cols[0]} AND t.{cols[1]} = s.{cols[1]} "
+                f"MERGE INTO {table} t USING {view} s ON {on} "
                 "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
             )
         finally:

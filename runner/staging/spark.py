@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
-from runner.errors import IntegrityError
+from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile
-from runner.lineage import lineage_columns, staged_columns
 from runner.staging.validate import read_header, scan_text
 
 if TYPE_CHECKING:
@@ -130,6 +130,36 @@ def _read(
             BLOCK, F.expr("input_file_block_start()")
         )
     return df.withColumn(ORDER, F.monotonically_increasing_id())
+
+
+#: The per-File values a staged lineage column can be filled from (contract.sql, on "staged").
+FILE_VALUES = ("__value_file_hash", "__value_file_name", "__value_file_path")
+
+
+def _staged_lineage(rows: DataFrame, entity: Entity) -> list[Column]:
+    """The contract's staged lineage columns, in order, each from the value its key names."""
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    values = {
+        "operation": F.col(lineage["operation"]),
+        "sequence": F.col(lineage["sequence"]),
+        "process_id": F.col(lineage["process_id"]),
+        "row_number": F.col(lineage["row_number"]),
+        "ingested_at": F.col(lineage["ingested_at"]),
+        "file_hash": F.col(FILE_VALUES[0]),
+        "file_name": F.col(FILE_VALUES[1]),
+        "file_path": F.col(FILE_VALUES[2]),
+    }
+    out = []
+    for col in lineage_on("staged"):
+        if col.key not in values:
+            raise ConfigError(
+                f"contract.sql: staged lineage column {col.name!r} is filled from {col.key!r}, "
+                f"a value the runner does not know (it knows: {', '.join(values)})"
+            )
+        out.append(values[col.key].alias(col.name))
+    return out
 
 
 def _stage_group(
@@ -280,16 +310,16 @@ def _stage_group(
         # Rows find their File by the exact string Spark gave, never by a re-spelling of it.
         file_map = spark.createDataFrame(
             [
-                (uri, f.content_hash, f.path.name)
+                (uri, f.content_hash, f.path.name, str(f.path))
                 for uri, f in by_uri.items()
                 if f.file_id not in bad
             ],
-            f"{FILE_URI} string, {lineage['file_hash']} string, {lineage['file_name']} string",
+            f"{FILE_URI} string, {FILE_VALUES[0]} string, {FILE_VALUES[1]} string, "
+            f"{FILE_VALUES[2]} string",
         )
-        out = (
-            deduped.join(F.broadcast(file_map), FILE_URI, "inner")
-            .select(*business, *staged_columns())
-            .sortWithinPartitions(lineage["file_hash"], lineage["sequence"])
+        joined = deduped.join(F.broadcast(file_map), FILE_URI, "inner")
+        out = joined.select(*business, *_staged_lineage(joined, entity)).sortWithinPartitions(
+            lineage["file_hash"], lineage["sequence"]
         )
         counts = {
             r[lineage["file_hash"]]: r["n"]
