@@ -111,7 +111,11 @@ def _project(
     snap = {
         "name": "items_history",
         "relation": "source('hist', 'items')",
-        "config": {"unique_key": keys, **config},
+        "config": {
+            "unique_key": keys,
+            **config,
+            **({"meta": {"cdc": {"process_ids": True}}} if with_package else {}),
+        },
     }
     (proj / "snapshots" / "items.yml").write_text(
         yaml.safe_dump(

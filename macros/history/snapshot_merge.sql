@@ -1,8 +1,12 @@
-{#- Forks of dbt's snapshot merge macros. Each says where it comes from; lines marked
-    "-- cdc" are the only additions: the closing process id and time, set with valid_to. -#}
+{#- Forks of dbt's snapshot merge macros, for snapshots that ask for process ids (others get
+    dbt's own). Each says where it comes from; lines marked "-- cdc" are the only additions:
+    the closing process id and time, set with valid_to. -#}
 
 {#- dbt-spark 1.11 dbt/include/spark/macros/materializations/snapshot.sql (spark, databricks) -#}
 {% macro spark__snapshot_merge_sql(target, source, insert_cols) -%}
+    {%- if not cdc.snapshot_has_process_ids() -%}
+      {{ return(dbt.spark__snapshot_merge_sql(target, source, insert_cols)) }}
+    {%- endif -%}
     {%- set columns = config.get("snapshot_table_column_names") or get_snapshot_table_column_names() -%}
 
     merge into {{ target }} as DBT_INTERNAL_DEST
@@ -33,6 +37,9 @@
 
 {#- dbt-postgres 1.11 dbt/include/postgres/macros/materializations/snapshot_merge.sql -#}
 {% macro postgres__snapshot_merge_sql(target, source, insert_cols) -%}
+    {%- if not cdc.snapshot_has_process_ids() -%}
+      {{ return(dbt.postgres__snapshot_merge_sql(target, source, insert_cols)) }}
+    {%- endif -%}
     {%- set insert_cols_csv = insert_cols | join(', ') -%}
 
     {%- set columns = config.get("snapshot_table_column_names") or get_snapshot_table_column_names() -%}
@@ -61,6 +68,9 @@
 {#- dbt-core 1.11 dbt/include/global_project/macros/materializations/snapshots/snapshot_merge.sql
     (bigquery) -#}
 {% macro default__snapshot_merge_sql(target, source, insert_cols) -%}
+    {%- if not cdc.snapshot_has_process_ids() -%}
+      {{ return(dbt.default__snapshot_merge_sql(target, source, insert_cols)) }}
+    {%- endif -%}
     {%- set insert_cols_csv = insert_cols | join(', ') -%}
 
     {%- set columns = config.get("snapshot_table_column_names") or get_snapshot_table_column_names() -%}

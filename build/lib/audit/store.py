@@ -1,0 +1,823 @@
+"""The Audit DB: registration, leases and the File state machine.
+
+Every transition is a named method doing one conditional UPDATE (``WHERE state IN (...)``) and
+writing a File event in the same transaction. If the row is not in an expected state the
+method raises :class:`IllegalTransition`; it never half-applies.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    case,
+    create_engine,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+
+from audit.models import AuditFile, FileEvent, FileState, Run
+
+files_t = cast(Table, AuditFile.__table__)
+events_t = cast(Table, FileEvent.__table__)
+runs_t = cast(Table, Run.__table__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def utcnow() -> datetime:
+    """Naive UTC, the one time convention of the Audit DB."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class AuditError(Exception):
+    """Root of Audit DB errors."""
+
+
+class IllegalTransition(AuditError):
+    """The File was not in a state the transition accepts (or the lease is not ours)."""
+
+    def __init__(self, file_id: int, transition: str, expected: Sequence[str], actual: str | None):
+        self.file_id = file_id
+        self.transition = transition
+        self.expected = tuple(expected)
+        self.actual = actual
+        super().__init__(
+            f"File {file_id}: cannot {transition}: expected state {'/'.join(expected)}"
+            + (" with our lease" if transition in _LEASED else "")
+            + f", found {actual or 'no such File'}"
+        )
+
+
+_LEASED = {"mark_staged", "record_failure", "release", "quarantine", "renew_lease"}
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :meth:`AuditDB.recover` found: runs closed as aborted, Files given back."""
+
+    aborted_runs: list[str]
+    reclaimed: list[FileRecord]
+
+
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def process_alive(host: str, pid: int, started_at: datetime) -> bool | None:
+    """Whether the process that started a run is still alive: None when it cannot be told
+    (another host), False when no such process exists or the pid now belongs to a process
+    started after the run did (pid reuse)."""
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    boot = _boot_time()
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5): start time in clock ticks after boot
+    except (OSError, IndexError, ValueError):
+        return True
+    if fields[0] == "Z":  # a zombie: dead, not yet reaped by its parent
+        return False
+    if boot is None:
+        return True
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    run_start = started_at.replace(tzinfo=UTC).timestamp()
+    return started <= run_start + 2.0
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A read-only view of one Audit DB File row."""
+
+    id: int
+    entity: str
+    path: str
+    size: int
+    mtime: datetime
+    content_hash: str
+    state: str
+    attempts: int
+    lapses: int
+    last_error: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    registered_by: str
+    staged_by: str | None
+    duplicate_of: int | None
+    created_at: datetime
+    updated_at: datetime
+    staged_at: datetime | None
+    committed_at: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The shape `runner status --json` prints: stable keys, ISO times."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "entity": self.entity,
+            "path": self.path,
+            "size": self.size,
+            "content_hash": self.content_hash,
+            "state": self.state,
+            "attempts": self.attempts,
+            "lapses": self.lapses,
+            "last_error": self.last_error,
+            "process_id": self.staged_by,
+            "registered_by": self.registered_by,
+            "duplicate_of": self.duplicate_of,
+            "lease_owner": self.lease_owner,
+        }
+        for key in (
+            "mtime",
+            "lease_expires_at",
+            "created_at",
+            "updated_at",
+            "staged_at",
+            "committed_at",
+        ):
+            value = getattr(self, key)
+            out[key] = value.isoformat() + "Z" if value is not None else None
+        return out
+
+
+@dataclass(frozen=True)
+class Registration:
+    file: FileRecord
+    created: bool  # False when this (entity, path, content) was already known
+
+
+def _sqlite_begin_immediate(engine: Engine) -> None:
+    """Make every SQLite transaction take the write lock up front.
+
+    With SQLite's default deferred transactions two writers that both read first deadlock and
+    one gets SQLITE_BUSY at once, ignoring the busy timeout. BEGIN IMMEDIATE makes them queue.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let us issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may appear in logs and errors: never with its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable audit URL>"
+
+
+class AuditDB:
+    """Library API of the Audit DB; the CLI and the stages call these methods."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        max_attempts: int = 3,
+        lease_seconds: int = 60,
+    ) -> None:
+        self.url = url
+        self.schema = schema
+        self.max_attempts = max_attempts
+        self.lease_seconds = lease_seconds
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"timeout": 30})
+            _sqlite_begin_immediate(engine)
+            if schema:
+                raise AuditError("audit schema is only supported on PostgreSQL")
+        elif self.dialect == "postgresql":
+            engine = create_engine(url, pool_pre_ping=True)
+        else:
+            raise AuditError(
+                f"unsupported Audit DB {redact_url(url)}: use sqlite:/// or postgresql://"
+            )
+        if schema:
+            engine = engine.execution_options(schema_translate_map={None: schema})
+        self.engine: Engine = engine
+
+    def __repr__(self) -> str:
+        return f"AuditDB({redact_url(self.url)!r}, schema={self.schema!r})"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- schema -------------------------------------------------------------------------
+
+    def _alembic_config(self, connection: Connection) -> Any:
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.attributes["connection"] = connection
+        cfg.attributes["schema"] = self.schema
+        return cfg
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Create or migrate the Audit DB tables (Alembic)."""
+        from alembic import command
+
+        with self.engine.connect() as conn:
+            if self.schema and self.dialect == "postgresql":
+                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"'))
+                conn.commit()
+            command.upgrade(self._alembic_config(conn), revision)
+            conn.commit()
+
+    def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            ctx = MigrationContext.configure(conn, opts={"version_table_schema": self.schema})
+            rev: str | None = ctx.get_current_revision()
+            conn.rollback()
+            return rev
+
+    def head_revision(self) -> str | None:
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+    def ensure_current(self) -> None:
+        """Upgrade to the newest revision when behind; a no-op when current."""
+        if self.current_revision() != self.head_revision():
+            self.upgrade()
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def start_run(self, process_id: str, command: str, target: str | None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(runs_t).values(
+                    process_id=process_id,
+                    command=command,
+                    target=target,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    started_at=utcnow(),
+                    heartbeat_at=utcnow(),
+                    outcome="running",
+                )
+            )
+
+    def heartbeat(self, process_id: str, *, lease_seconds: int | None = None) -> int:
+        """The run is alive: renew its heartbeat and the lease of every File it holds.
+
+        Returns how many leases were renewed, so the caller can tell a lease it lost.
+        """
+        now = utcnow()
+        expires = now + timedelta(seconds=lease_seconds or self.lease_seconds)
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(runs_t).where(runs_t.c.process_id == process_id).values(heartbeat_at=now)
+            )
+            renewed = conn.execute(
+                update(files_t)
+                .where(
+                    files_t.c.state == FileState.PROCESSING.value,
+                    files_t.c.lease_owner == process_id,
+                )
+                .values(lease_expires_at=expires)
+            ).rowcount
+        return int(renewed or 0)
+
+    def end_run(self, process_id: str, outcome: str, detail: str | None = None) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(runs_t)
+                .where(runs_t.c.process_id == process_id)
+                .values(ended_at=utcnow(), outcome=outcome, detail=detail)
+            )
+
+    def runs(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(runs_t).order_by(runs_t.c.process_id)).mappings().all()
+            return [dict(r) for r in rows]
+
+    # -- reading ------------------------------------------------------------------------
+
+    def get(self, file_id: int) -> FileRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(files_t).where(files_t.c.id == file_id)).mappings().first()
+        if row is None:
+            raise AuditError(f"no File with id {file_id}")
+        return FileRecord(**row)
+
+    def files(
+        self, *, entity: str | None = None, states: Iterable[str] | None = None
+    ) -> list[FileRecord]:
+        query = select(files_t).order_by(files_t.c.id)
+        if entity is not None:
+            query = query.where(files_t.c.entity == entity)
+        if states is not None:
+            query = query.where(files_t.c.state.in_([str(s) for s in states]))
+        with self.engine.connect() as conn:
+            return [FileRecord(**r) for r in conn.execute(query).mappings().all()]
+
+    def events(self, file_id: int) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(events_t).where(events_t.c.file_id == file_id).order_by(events_t.c.id)
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Files per state, for summaries."""
+        from sqlalchemy import func
+
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(files_t.c.state, func.count()).group_by(files_t.c.state)
+            ).all()
+        return {state: n for state, n in rows}
+
+    # -- registration -------------------------------------------------------------------
+
+    def register_file(
+        self,
+        *,
+        entity: str,
+        path: str,
+        size: int,
+        mtime: datetime,
+        content_hash: str,
+        process_id: str,
+    ) -> Registration:
+        """Record a File as PENDING, or as DUPLICATE of the File with the same content.
+
+        Idempotent: the same (entity, path, content) seen again returns the existing row.
+        Safe under concurrency: the unique index decides which of two racing registrations
+        is the original.
+        """
+        for _ in range(3):
+            existing = self._find(entity=entity, path=path, content_hash=content_hash)
+            if existing is not None:
+                return Registration(existing, created=False)
+            original = self._original(entity, content_hash)
+            state = FileState.PENDING if original is None else FileState.DUPLICATE
+            now = utcnow()
+            values = dict(
+                entity=entity,
+                path=path,
+                size=size,
+                mtime=mtime,
+                content_hash=content_hash,
+                state=state.value,
+                attempts=0,
+                registered_by=process_id,
+                duplicate_of=original.id if original else None,
+                created_at=now,
+                updated_at=now,
+            )
+            try:
+                with self.engine.begin() as conn:
+                    file_id = conn.execute(
+                        insert(files_t).values(**values).returning(files_t.c.id)
+                    ).scalar_one()
+                    detail = (
+                        f"duplicate of File {original.id} ({original.path})" if original else None
+                    )
+                    self._event(conn, file_id, None, state.value, process_id, detail)
+            except IntegrityError:
+                continue  # somebody registered it first: look again
+            return Registration(self.get(file_id), created=True)
+        raise AuditError(f"could not register {path} for {entity}: conflicting registrations")
+
+    def find_sighting(
+        self, *, entity: str, path: str, size: int, mtime: datetime
+    ) -> FileRecord | None:
+        """The newest File for this path with the same size and mtime, to skip re-hashing."""
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.path == path,
+            files_t.c.size == size,
+            files_t.c.mtime == mtime,
+            newest=True,
+        )
+
+    def _find(self, *, entity: str, path: str, content_hash: str) -> FileRecord | None:
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.path == path,
+            files_t.c.content_hash == content_hash,
+        )
+
+    def _original(self, entity: str, content_hash: str) -> FileRecord | None:
+        return self._first(
+            files_t.c.entity == entity,
+            files_t.c.content_hash == content_hash,
+            files_t.c.duplicate_of.is_(None),
+        )
+
+    def _first(self, *conditions: Any, newest: bool = False) -> FileRecord | None:
+        query = select(files_t).where(*conditions)
+        if newest:
+            query = query.order_by(files_t.c.id.desc())
+        with self.engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return FileRecord(**row) if row else None
+
+    # -- transitions --------------------------------------------------------------------
+
+    def _event(
+        self,
+        conn: Connection,
+        file_id: int,
+        from_state: str | None,
+        to_state: str,
+        process_id: str | None,
+        detail: str | None = None,
+    ) -> None:
+        conn.execute(
+            insert(events_t).values(
+                file_id=file_id,
+                from_state=from_state,
+                to_state=to_state,
+                at=utcnow(),
+                process_id=process_id,
+                detail=detail,
+            )
+        )
+
+    def _transition(
+        self,
+        name: str,
+        file_id: int,
+        from_states: Sequence[FileState],
+        values: dict[str, Any],
+        *,
+        extra_where: Sequence[Any] = (),
+        process_id: str | None = None,
+        detail: str | None = None,
+    ) -> FileRecord:
+        allowed = [s.value for s in from_states]
+        with self.engine.begin() as conn:
+            if len(allowed) > 1:
+                # Several source states: lock the row and read which one it is, so the event
+                # records the exact state left (SQLite already holds the write lock here).
+                current = conn.execute(
+                    select(files_t.c.state).where(files_t.c.id == file_id).with_for_update()
+                ).scalar_one_or_none()
+                if current not in allowed:
+                    raise IllegalTransition(file_id, name, allowed, current)
+                allowed = [current]
+            row = (
+                conn.execute(
+                    update(files_t)
+                    .where(files_t.c.id == file_id, files_t.c.state.in_(allowed), *extra_where)
+                    .values(updated_at=utcnow(), **values)
+                    .returning(files_t)
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                actual = conn.execute(
+                    select(files_t.c.state).where(files_t.c.id == file_id)
+                ).scalar_one_or_none()
+                raise IllegalTransition(file_id, name, allowed, actual)
+            record = FileRecord(**row)
+            self._event(conn, file_id, allowed[0], record.state, process_id, detail)
+        return record
+
+    def claim(
+        self,
+        file_id: int,
+        owner: str,
+        *,
+        lease_seconds: int | None = None,
+        now: datetime | None = None,
+    ) -> FileRecord:
+        """PENDING -> PROCESSING with a lease for ``owner``; counts an attempt (given back by
+        :meth:`release` or :meth:`recover` when the failure cannot be pinned on this File).
+
+        Of two workers claiming the same File at once exactly one succeeds; the other gets
+        IllegalTransition.
+        """
+        now = now or utcnow()
+        expires = now + timedelta(seconds=lease_seconds or self.lease_seconds)
+        return self._transition(
+            "claim",
+            file_id,
+            [FileState.PENDING],
+            dict(
+                state=FileState.PROCESSING.value,
+                lease_owner=owner,
+                lease_expires_at=expires,
+                attempts=files_t.c.attempts + 1,
+            ),
+            process_id=owner,
+        )
+
+    def claim_pending(
+        self,
+        owner: str,
+        *,
+        entity: str | None = None,
+        limit: int | None = None,
+        lease_seconds: int | None = None,
+    ) -> list[FileRecord]:
+        """Claim PENDING Files (oldest first), skipping those another worker wins."""
+        query = select(files_t.c.id).where(files_t.c.state == FileState.PENDING.value)
+        if entity is not None:
+            query = query.where(files_t.c.entity == entity)
+        query = query.order_by(files_t.c.id)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            candidates = list(conn.execute(query).scalars())
+        claimed = []
+        for file_id in candidates:
+            try:
+                claimed.append(self.claim(file_id, owner, lease_seconds=lease_seconds))
+            except IllegalTransition:
+                continue
+        return claimed
+
+    def renew_lease(self, file_id: int, owner: str, *, lease_seconds: int | None = None) -> None:
+        expires = utcnow() + timedelta(seconds=lease_seconds or self.lease_seconds)
+        self._transition(
+            "renew_lease",
+            file_id,
+            [FileState.PROCESSING],
+            dict(lease_expires_at=expires),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=owner,
+            detail="lease renewed",
+        )
+
+    def mark_staged(self, file_id: int, owner: str, process_id: str) -> FileRecord:
+        """PROCESSING -> STAGED, only by the worker holding the lease."""
+        return self._transition(
+            "mark_staged",
+            file_id,
+            [FileState.PROCESSING],
+            dict(
+                state=FileState.STAGED.value,
+                staged_by=process_id,
+                staged_at=utcnow(),
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=process_id,
+        )
+
+    def mark_committed(
+        self, file_id: int, process_id: str, detail: str | None = None
+    ) -> FileRecord:
+        """STAGED -> COMMITTED, once the destination holds the Applied File Marker."""
+        return self._transition(
+            "mark_committed",
+            file_id,
+            [FileState.STAGED],
+            dict(state=FileState.COMMITTED.value, committed_at=utcnow()),
+            process_id=process_id,
+            detail=detail,
+        )
+
+    def record_failure(self, file_id: int, owner: str, error: str) -> FileRecord:
+        """PROCESSING -> PENDING to retry, or FAILED once attempts reach the maximum."""
+        return self._transition(
+            "record_failure",
+            file_id,
+            [FileState.PROCESSING],
+            dict(
+                state=case(
+                    (files_t.c.attempts >= self.max_attempts, FileState.FAILED.value),
+                    else_=FileState.PENDING.value,
+                ),
+                last_error=error,
+                lease_owner=None,
+                lease_expires_at=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=owner,
+            detail=error,
+        )
+
+    def release(self, file_id: int, owner: str, reason: str, *, lapse: bool = False) -> FileRecord:
+        """PROCESSING -> PENDING without counting the attempt: the failure was not this File's
+        (a lost connection, another File's error, a run stopped before reaching it). ``lapse``:
+        the failure could not be pinned on one File, so stage this one alone next time."""
+        return self._transition(
+            "release",
+            file_id,
+            [FileState.PROCESSING],
+            dict(
+                state=FileState.PENDING.value,
+                attempts=case((files_t.c.attempts > 0, files_t.c.attempts - 1), else_=0),
+                lapses=files_t.c.lapses + (1 if lapse else 0),
+                last_error=reason,
+                lease_owner=None,
+                lease_expires_at=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=owner,
+            detail=reason,
+        )
+
+    def quarantine(self, file_id: int, owner: str, reason: str) -> FileRecord:
+        """PROCESSING -> QUARANTINED: bad input that no retry can fix."""
+        return self._transition(
+            "quarantine",
+            file_id,
+            [FileState.PROCESSING],
+            dict(
+                state=FileState.QUARANTINED.value,
+                last_error=reason,
+                lease_owner=None,
+                lease_expires_at=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=owner,
+            detail=reason,
+        )
+
+    def requeue(self, file_id: int, process_id: str, reason: str) -> FileRecord:
+        """FAILED or QUARANTINED -> PENDING with attempts reset: an operator's retry."""
+        return self._transition(
+            "requeue",
+            file_id,
+            [FileState.FAILED, FileState.QUARANTINED],
+            dict(state=FileState.PENDING.value, attempts=0, lapses=0),
+            process_id=process_id,
+            detail=reason,
+        )
+
+    def recover(self, process_id: str | None = None, *, now: datetime | None = None) -> Recovery:
+        """Close dead runs as ``aborted`` and give their Files back, at once.
+
+        A run is dead when its process is gone (same host: no such pid, or the pid was reused)
+        or its heartbeat is older than the lease. A PROCESSING File is reclaimed when its owner
+        is not a live running run, or its lease expired. The lost claim counts as an attempt
+        only when it can be pinned on the File (it was the owner's only File in flight; then
+        FAILED at the maximum); otherwise the attempt is given back and a lapse recorded, so
+        the File is staged alone next time.
+        """
+        now = now or utcnow()
+        stale = now - timedelta(seconds=self.lease_seconds)
+        aborted: list[str] = []
+        with self.engine.connect() as conn:
+            running = (
+                conn.execute(
+                    select(runs_t)
+                    .where(runs_t.c.outcome == "running")
+                    .order_by(runs_t.c.process_id)
+                )
+                .mappings()
+                .all()
+            )
+        live: set[str] = set()
+        for run in running:
+            if run["process_id"] == process_id:
+                live.add(run["process_id"])
+                continue
+            alive = process_alive(run["host"], run["pid"], run["started_at"])
+            beat = run["heartbeat_at"] or run["started_at"]
+            if alive is False or (alive is None and beat < stale):
+                why = "process gone" if alive is False else f"no heartbeat since {beat:%H:%M:%S}Z"
+                with self.engine.begin() as conn:
+                    done = conn.execute(
+                        update(runs_t)
+                        .where(
+                            runs_t.c.process_id == run["process_id"], runs_t.c.outcome == "running"
+                        )
+                        .values(
+                            outcome="aborted",
+                            ended_at=now,
+                            detail=f"closed by {process_id or 'a later run'}: {why}",
+                        )
+                    ).rowcount
+                if done:
+                    aborted.append(run["process_id"])
+            else:
+                live.add(run["process_id"])
+        with self.engine.connect() as conn:
+            held = conn.execute(
+                select(files_t.c.id, files_t.c.lease_owner, files_t.c.lease_expires_at).where(
+                    files_t.c.state == FileState.PROCESSING.value
+                )
+            ).all()
+        by_owner: dict[str | None, list[int]] = {}
+        for file_id, owner, expires in held:
+            if owner not in live or expires is None or expires < now:
+                by_owner.setdefault(owner, []).append(file_id)
+        in_flight = {o: sum(1 for _, owner, _ in held if owner == o) for o in by_owner}
+        reclaimed: list[FileRecord] = []
+        for owner, ids in by_owner.items():
+            pinned = in_flight[owner] == 1
+            why = f"claim lost: its run {owner} " + (
+                "stopped" if owner not in live else "stopped renewing its lease"
+            )
+            values: dict[str, Any]
+            if pinned:
+                values = dict(
+                    state=case(
+                        (files_t.c.attempts >= self.max_attempts, FileState.FAILED.value),
+                        else_=FileState.PENDING.value,
+                    ),
+                    last_error=why + " while it held only this File",
+                )
+            else:
+                values = dict(
+                    state=FileState.PENDING.value,
+                    attempts=case((files_t.c.attempts > 0, files_t.c.attempts - 1), else_=0),
+                    lapses=files_t.c.lapses + 1,
+                    last_error=why + f" with {len(ids)} Files in flight (not counted)",
+                )
+            with self.engine.begin() as conn:
+                rows = (
+                    conn.execute(
+                        update(files_t)
+                        .where(
+                            files_t.c.id.in_(ids),
+                            files_t.c.state == FileState.PROCESSING.value,
+                            (files_t.c.lease_owner == owner)
+                            if owner is not None
+                            else files_t.c.lease_owner.is_(None),
+                        )
+                        .values(lease_owner=None, lease_expires_at=None, updated_at=now, **values)
+                        .returning(files_t)
+                    )
+                    .mappings()
+                    .all()
+                )
+                for row in rows:
+                    rec = FileRecord(**row)
+                    reclaimed.append(rec)
+                    self._event(
+                        conn,
+                        rec.id,
+                        FileState.PROCESSING.value,
+                        rec.state,
+                        process_id,
+                        rec.last_error,
+                    )
+        return Recovery(aborted, reclaimed)
+
+    def requeue_many(
+        self,
+        process_id: str,
+        *,
+        ids: Iterable[int] = (),
+        states: Iterable[str] = (),
+        entity: str | None = None,
+        reason: str = "operator retry",
+    ) -> list[FileRecord]:
+        """`runner retry`: the chosen FAILED or QUARANTINED Files back to PENDING."""
+        chosen = {f.id: f for f in self.files(entity=entity, states=list(states))} if states else {}
+        for file_id in ids:
+            chosen.setdefault(file_id, self.get(file_id))
+        return [self.requeue(i, process_id, reason) for i in sorted(chosen)]
+
+
+@contextmanager
+def open_audit_db(url: str, **kwargs: Any) -> Iterator[AuditDB]:
+    db = AuditDB(url, **kwargs)
+    try:
+        yield db
+    finally:
+        db.dispose()

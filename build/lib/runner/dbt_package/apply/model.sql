@@ -1,0 +1,114 @@
+{#-
+  What an entity model (dbt_project/models/<entity>.sql) calls:
+
+    select <your columns>, {{ cdc.lineage_select() }}
+    from {{ cdc.unapplied(ref('stg_customers')) }}
+
+  `unapplied` reads the staged rows of Files that have no Applied File Marker for this model
+  yet. The model declares itself an apply model in its config (see is_apply_model below).
+-#}
+
+{% macro unapplied(relation) %}
+  {%- if execute -%}{%- do cdc._check_apply_model('cdc.unapplied()') -%}{%- endif -%}
+  {%- set markers = cdc.state_relation('applied_files') -%}
+  {%- set files = cdc.state_relation('staged_files') -%}     {#- declared inputs: lineage -#}
+  {%- set tombstones = cdc.state_relation('tombstones') -%}
+  {%- set q = adapter.quote -%}
+  (
+    select cdc_staged.*
+    from {{ relation }} as cdc_staged
+    where cdc_staged.{{ q(cdc.lineage_columns().file_hash) }} not in (
+      select cdc_markers.{{ q('file_hash') }}
+      from {{ markers }} as cdc_markers
+      where cdc_markers.{{ q('target_table') }} = {{ cdc.sql_string(cdc.target_name()) }}
+    )
+  ) as cdc_unapplied
+{%- endmacro %}
+
+{#- The staged lineage columns an apply model must pass through, in the contract's order. -#}
+{% macro lineage_select(relation_alias=none) %}
+  {%- for col in cdc.lineage_on('staged') -%}
+    {{ (relation_alias ~ '.') if relation_alias }}{{ adapter.quote(col.name) }}{{ ',\n    ' if not loop.last }}
+  {%- endfor -%}
+{%- endmacro %}
+
+{#- The name markers and tombstones use for this model's table: schema.identifier. -#}
+{% macro target_name() %}
+  {{ return((this.schema ~ '.' ~ this.identifier) | lower) }}
+{% endmacro %}
+
+{#- A model is an apply model when it says so in its config:
+      config:
+        meta:
+          cdc: {apply: true}
+    (under meta, where dbt 1.10+ wants custom keys). Only then are its merge and first-run
+    create replaced by the apply; any other model, an incremental report over the markers
+    included, gets dbt's own macros. -#}
+{% macro is_apply_model() %}
+  {%- if model.resource_type != 'model' -%}{{ return(false) }}{%- endif -%}
+  {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('apply', false) -%}
+  {%- if declared is not sameas true and declared is not sameas false -%}
+    {{ exceptions.raise_compiler_error("model " ~ model.name ~ ": meta.cdc.apply must be true or false, got " ~ declared) }}
+  {%- endif -%}
+  {%- if declared -%}{%- do cdc._check_apply_model('the apply') -%}{%- endif -%}
+  {{ return(declared) }}
+{% endmacro %}
+
+{#- What an apply model needs, checked before any SQL runs: a clear compiler error instead of
+    a merge dbt would otherwise run as a plain upsert (or append) of staged rows. -#}
+{% macro _check_apply_model(where) %}
+  {%- set name = model.name -%}
+  {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('apply', false) -%}
+  {%- set how = "declare it with config: {meta: {cdc: {apply: true}}, materialized: incremental, "
+      ~ "incremental_strategy: merge, unique_key: <the entity's key>} and select from "
+      ~ "cdc.unapplied(ref('stg_<entity>'))" -%}
+  {%- if declared is not sameas true -%}
+    {{ exceptions.raise_compiler_error("model " ~ name ~ " uses " ~ where ~ " but is not an apply model: " ~ how) }}
+  {%- endif -%}
+  {%- if config.get('materialized') != 'incremental' -%}
+    {{ exceptions.raise_compiler_error("apply model " ~ name ~ " must be materialized incremental, not "
+        ~ config.get('materialized') ~ ": " ~ how) }}
+  {%- endif -%}
+  {%- if config.get('incremental_strategy') != 'merge' -%}
+    {{ exceptions.raise_compiler_error("apply model " ~ name ~ " needs incremental_strategy: merge (got "
+        ~ (config.get('incremental_strategy') or 'the adapter default') ~ "): " ~ how) }}
+  {%- endif -%}
+  {%- if not config.get('unique_key') -%}
+    {{ exceptions.raise_compiler_error("apply model " ~ name ~ " needs unique_key (the entity's key columns): " ~ how) }}
+  {%- endif -%}
+  {%- if ['cdc_state', 'applied_files'] not in (model.sources or []) -%}
+    {{ exceptions.raise_compiler_error("apply model " ~ name ~ " must select from cdc.unapplied(ref(...)): " ~ how) }}
+  {%- endif -%}
+{% endmacro %}
+
+{#- The entity an apply model reads: the one upstream source whose meta declares `cdc`
+    (directly, or through staging models). -#}
+{% macro apply_entity() %}
+  {%- set found = [] -%}
+  {%- set queue = model.depends_on.nodes | list -%}
+  {#- Breadth-first over the upstream graph; the list grows while it is walked. -#}
+  {%- for uid in queue -%}
+    {%- if uid.startswith('source.') -%}
+      {%- set node = graph.sources.get(uid) -%}
+      {%- if node and ((node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc')) and node.name not in found -%}
+        {%- do found.append(node.name) -%}
+      {%- endif -%}
+    {%- elif uid in graph.nodes and queue | length < 200 -%}
+      {%- for parent in graph.nodes[uid].depends_on.nodes if parent not in queue -%}
+        {%- do queue.append(parent) -%}
+      {%- endfor -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- if found | length != 1 -%}
+    {{ exceptions.raise_compiler_error(
+        "model " ~ model.name ~ " must read exactly one CDC entity (a source with meta.cdc) "
+        ~ "through cdc.unapplied(); found: " ~ (found | join(', ') or 'none')) }}
+  {%- endif -%}
+  {{ return(cdc.plain_identifier(found[0], "the entity name of model " ~ model.name)) }}
+{% endmacro %}
+
+{#- unique_key as a list; an apply model must have one. -#}
+{% macro apply_keys() %}
+  {%- set key = config.get('unique_key') -%}
+  {{ return([key] if key is string else key) }}
+{% endmacro %}

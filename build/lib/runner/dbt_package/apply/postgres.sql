@@ -1,0 +1,18 @@
+{#- dbt-postgres (1.11): the whole apply is the materialization's `main` statement, inside the
+    transaction dbt opens for the model, so target changes and markers commit together. -#}
+
+{% macro postgres__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates=none) %}
+  {%- if cdc.is_apply_model() -%}
+    {{ return(cdc.model_apply_statements(target, source) | join(';\n') ~ ';') }}
+  {%- endif -%}
+  {{ return(dbt.default__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates)) }}
+{% endmacro %}
+
+{% macro postgres__create_table_as(temporary, relation, sql) %}
+  {%- if temporary or not cdc.is_apply_model() -%}
+    {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
+  {%- endif -%}
+  {#- run_query shares the model's transaction: the reset and the CREATE commit with the apply. -#}
+  {%- set create = dbt.postgres__create_table_as(false, relation, cdc.empty_target_select(sql)) -%}
+  {{ return(cdc.create_then_apply_statements(relation, sql, create) | join(';\n') ~ ';') }}
+{% endmacro %}

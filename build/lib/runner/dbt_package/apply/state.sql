@@ -1,0 +1,102 @@
+{#- The state tables (common/contract.sql): the staged-files manifest, the Applied File Markers and
+    the tombstones, in one schema for the runner and dbt alike. They are created by the apply
+    path itself (and by `runner ingest` for the manifest), never by a project-wide hook, so a
+    project that installs this package sees dbt's results unchanged apart from its apply models. -#}
+
+{#- The state schema: `vars: {cdc_state_schema: ...}` in dbt_project.yml (the runner reads the same
+    var), else the target's schema. The source cdc_state (models/cdc_state.yml) says the same. -#}
+{% macro state_schema() %}
+  {{ return(var('cdc_state_schema', target.schema)) }}
+{% endmacro %}
+
+{#- Creates the state tables that are missing. Called by every apply before it reads them;
+    `dbt run-operation cdc.create_state_tables` does the same by hand. -#}
+{% macro create_state_tables() %}
+  {{ return(adapter.dispatch('create_state_tables', 'cdc')()) }}
+{% endmacro %}
+
+{% macro default__create_state_tables() %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- for name, spec in cdc.state_tables().items() -%}
+    {%- set rel = cdc.state_relation(name) -%}
+    {%- if adapter.get_relation(database=rel.database, schema=rel.schema, identifier=rel.identifier) is none -%}
+      {%- do adapter.create_schema(api.Relation.create(database=rel.database, schema=rel.schema)) -%}
+      {%- do run_query(cdc._state_table_ddl(rel, spec)) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return('') }}
+{% endmacro %}
+
+{#- PostgreSQL: inside the model's transaction, with a unique index on each table's key, so that
+    of two applies that got past every other guard the second fails instead of applying twice.
+    Only when a table is missing, and then under a lock: two first applies at once must not both
+    create it (the lock is held to the commit, so it is never taken once the tables exist). -#}
+{% macro postgres__create_state_tables() %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- set missing = [] -%}
+  {%- for name, spec in cdc.state_tables().items() -%}
+    {%- set rel = cdc.state_relation(name) -%}
+    {%- if adapter.get_relation(database=rel.database, schema=rel.schema, identifier=rel.identifier) is none -%}
+      {%- do missing.append((rel, spec)) -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- if missing -%}
+    {%- do run_query("select pg_advisory_xact_lock(hashtextextended('cdc state tables', 0))") -%}
+  {%- endif -%}
+  {%- for rel, spec in missing -%}
+    {%- do run_query('create schema if not exists ' ~ adapter.quote(rel.schema)) -%}
+    {%- do run_query(cdc._state_table_ddl(rel, spec)) -%}
+    {%- if spec.key -%}
+      {%- set cols = [] -%}
+      {%- for k in spec.key -%}{%- do cols.append(adapter.quote(k)) -%}{%- endfor -%}
+      {%- do run_query('create unique index if not exists ' ~ adapter.quote(rel.identifier ~ '__key')
+          ~ ' on ' ~ rel ~ ' (' ~ cols | join(', ') ~ ')') -%}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return('') }}
+{% endmacro %}
+
+{#- CREATE TABLE for one state table, its columns and types from the contract. -#}
+{% macro _state_table_ddl(relation, spec) %}
+  {%- set ddl -%}
+    create table if not exists {{ relation }} (
+      {%- for col, type in spec.columns.items() %}
+      {{ adapter.quote(col) }} {{ cdc.contract_type(type) }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    ){{ cdc.table_format_clause() }}
+  {%- endset -%}
+  {{ return(ddl) }}
+{% endmacro %}
+
+{#- `using iceberg` / `using delta` on Spark destinations; nothing elsewhere. -#}
+{% macro table_format_clause() %}
+  {{ return(adapter.dispatch('table_format_clause', 'cdc')()) }}
+{% endmacro %}
+{% macro default__table_format_clause() %}{{ return('') }}{% endmacro %}
+{% macro spark__table_format_clause() %}{{ return(' using ' ~ var('cdc_file_format', 'iceberg')) }}{% endmacro %}
+{% macro databricks__table_format_clause() %}{{ return(' using ' ~ var('cdc_file_format', 'delta')) }}{% endmacro %}
+
+{#- A state table as a relation, through source() so that it shows in lineage. -#}
+{% macro state_relation(name) %}
+  {{ return(source('cdc_state', name)) }}
+{% endmacro %}
+
+{#- Forget tombstones older than N days: a late File older than that could resurrect a key.
+    `dbt run-operation` commits when the macro returns (PostgreSQL). -#}
+{#- A timestamp N days before now, comparable with the state tables' timestamp columns. -#}
+{% macro days_ago(days) %}
+  {{ return(adapter.dispatch('days_ago', 'cdc')(days)) }}
+{% endmacro %}
+{% macro default__days_ago(days) %}
+  {{ return(dbt.dateadd('day', -1 * days, dbt.current_timestamp())) }}
+{% endmacro %}
+{#- dbt-bigquery's dateadd returns a DATETIME, which BigQuery will not compare with a TIMESTAMP. -#}
+{% macro bigquery__days_ago(days) %}
+  {{ return('timestamp_sub(current_timestamp(), interval ' ~ days ~ ' day)') }}
+{% endmacro %}
+
+{% macro purge_tombstones(older_than_days) %}
+  {%- set rel = cdc.state_relation('tombstones') -%}
+  {%- do run_query('delete from ' ~ rel ~ ' where deleted_at < ' ~ cdc.days_ago(older_than_days | int)) -%}
+  {{ log('purged tombstones older than ' ~ older_than_days ~ ' days from ' ~ rel, info=true) }}
+{% endmacro %}

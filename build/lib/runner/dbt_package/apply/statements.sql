@@ -1,0 +1,367 @@
+{#-
+  The apply: an orchestrating macro over named steps, each dispatched, so an adapter (or a
+  project) overrides one step without forking the others. The steps, in order:
+
+    lock              serialise applies of one table where the destination has locks;
+    batch_files       the Files staged for this entity without a marker for this target;
+    classify          their rows, the last change per key winning, each classified against the
+                      target and the tombstones (insert, update, delete, stale, superseded);
+    merge_target      MERGE into the target: insert new keys, update or delete only with a
+                      newer sequence;
+    merge_tombstones  remember each applied delete's key and sequence, forget it on re-insert;
+    insert_markers    one Applied File Marker per File, with its row counts.
+
+  The adapter wrappers (spark.sql, databricks.sql) run the statements in order, or as one
+  transaction (postgres.sql, bigquery.sql). Replaying them after a crash anywhere gives the same
+  target: every change is compared with the sequence already in the target or its tombstone,
+  so an applied change is "stale" the second time.
+
+  Every step takes one argument, the apply context (cdc._apply_context): the relations, the
+  quoted names and the rendered literals it needs. Each returns one SQL statement, or '' for
+  none.
+-#}
+
+{% macro apply_statements(target, source, columns, keys, entity, target_name) %}
+  {%- set ctx = cdc._apply_context(target, source, columns, keys, entity, target_name) -%}
+  {%- set statements = [] -%}
+  {%- for sql in [
+      cdc.apply_lock_sql(ctx),
+      cdc.apply_batch_files_sql(ctx),
+      cdc.apply_classify_sql(ctx),
+      cdc.apply_merge_target_sql(ctx),
+      cdc.apply_merge_tombstones_sql(ctx),
+      cdc.apply_insert_markers_sql(ctx),
+  ] if sql | trim -%}
+    {%- do statements.append(sql | trim) -%}
+  {%- endfor -%}
+  {{ return(statements) }}
+{% endmacro %}
+
+{#- What the steps share. Arguments: target (relation), source (a relation or a parenthesised
+    select with the model's columns), columns (the target's columns, api.Column), keys (the
+    unique_key's columns), entity (its name in the staged-files manifest), target_name (the
+    markers' and tombstones' key for this table). -#}
+{% macro _apply_context(target, source, columns, keys, entity, target_name) %}
+  {%- set q = adapter.quote -%}
+  {%- set by_name = {} -%}
+  {%- for c in columns -%}{%- do by_name.update({c.name | lower: c}) -%}{%- endfor -%}
+  {%- set lin = cdc.lineage_columns() -%}
+  {%- set required = [] -%}
+  {%- for col in cdc.lineage_on('staged') -%}{%- do required.append(col.name) -%}{%- endfor -%}
+  {%- for required_name in required + (keys | map('lower') | list) -%}
+    {%- if required_name | lower not in by_name -%}
+      {{ exceptions.raise_compiler_error(
+          "apply of " ~ target_name ~ ": column " ~ required_name ~ " is missing from the model; "
+          ~ "select the key columns and {{ cdc.lineage_select() }} from cdc.unapplied(...)") }}
+    {%- endif -%}
+  {%- endfor -%}
+  {%- set applied = cdc.lineage_on('applied') -%}
+  {%- set applied_names = applied | map(attribute='name') | list -%}
+  {%- set invocation = cdc.sql_string(invocation_id) -%}
+  {%- set now = cdc.now_utc() -%}
+  {%- set applied_values = {'invocation_id': invocation, 'applied_at': now} -%}
+  {%- set applied_set = [] -%}
+  {%- for col in applied -%}
+    {%- if col.key not in applied_values -%}
+      {{ exceptions.raise_compiler_error("cdc contract: the apply cannot fill " ~ col.name
+          ~ " (no value named " ~ col.key ~ "; it knows: invocation_id, applied_at)") }}
+    {%- endif -%}
+    {%- do applied_set.append({'column': q(col.name), 'value': applied_values[col.key]}) -%}
+  {%- endfor -%}
+  {%- set quoted_lin = {} -%}
+  {%- for key, name in lin.items() -%}{%- do quoted_lin.update({key: q(name)}) -%}{%- endfor -%}
+  {%- set quoted_keys = [] -%}
+  {%- for k in keys -%}{%- do quoted_keys.append(q(by_name[k | lower].name)) -%}{%- endfor -%}
+  {%- set model_columns = [] -%}
+  {%- for c in columns if (c.name | lower) not in applied_names -%}{%- do model_columns.append(q(c.name)) -%}{%- endfor -%}
+  {{ return({
+      'target': target,
+      'source': source,
+      'key_columns': quoted_keys,
+      'model_columns': model_columns,
+      'applied_set': applied_set,
+      'lin': quoted_lin,
+      'sequence_type': by_name[lin.sequence].data_type,
+      'entity': cdc.sql_string(entity),
+      'this_table': cdc.sql_string(target_name),
+      'target_name': target_name,
+      'invocation': invocation,
+      'now': now,
+      'files': cdc.state_relation('staged_files'),
+      'markers': cdc.state_relation('applied_files'),
+      'tombstones': cdc.state_relation('tombstones'),
+      'batch_files': cdc.scratch_relation(target, 'files'),
+      'batch': cdc.scratch_relation(target, 'batch'),
+  }) }}
+{% endmacro %}
+
+{#- Serialises applies of one table where the destination has locks: PostgreSQL takes a
+    transaction-scoped advisory lock, so a second `dbt build` waits, then finds the markers and
+    applies nothing. Spark, Databricks and BigQuery rely on their optimistic commits instead (a
+    concurrent MERGE into the same table fails) and on the marker guard of insert_markers. -#}
+{% macro apply_lock_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_lock_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_lock_sql(ctx) %}{{ return('') }}{% endmacro %}
+{% macro postgres__apply_lock_sql(ctx) %}
+  {{ return('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc apply ' ~ ctx.target_name) ~ ', 0))') }}
+{% endmacro %}
+
+{#- The Files of this batch. A File with rows must have them in the source (so a File staged
+    while this runs waits for the next run); a File without rows needs none. -#}
+{% macro apply_batch_files_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_batch_files_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_batch_files_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }}
+    from {{ ctx.files }} as cdc_files
+    where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
+      and cdc_files.{{ q('file_hash') }} not in (
+        select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+        where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+      )
+      and (
+        cdc_files.{{ q('staged_rows') }} = 0
+        or cdc_files.{{ q('file_hash') }} in (select cdc_src.{{ ctx.lin.file_hash }} from {{ ctx.source }} as cdc_src)
+      )
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
+{% endmacro %}
+
+{#- The batch's rows: the last change per key wins (ties: later File, later row); each row is
+    classified against the target row and the key's tombstone. -#}
+{% macro apply_classify_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_classify_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_classify_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set sql -%}
+    with cdc_changes as (
+      select
+        cdc_src.*,
+        row_number() over (
+          partition by {% for k in ctx.key_columns %}cdc_src.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+          order by cdc_src.{{ lin.sequence }} desc, cdc_src.{{ lin.file_hash }} desc,
+                   cdc_src.{{ lin.row_number }} desc
+        ) as {{ q('cdc__rank') }}
+      from {{ ctx.source }} as cdc_src
+      where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+    )
+    select
+      cdc_changes.*,
+      {{ cdc._key_text('cdc_changes', ctx.key_columns) }} as {{ q('cdc__key_text') }},
+      case
+        when cdc_changes.{{ q('cdc__rank') }} > 1 then 'superseded'
+        when cdc_dest.{{ lin.sequence }} is not null
+             and cdc_changes.{{ lin.sequence }} <= cdc_dest.{{ lin.sequence }} then 'stale'
+        when cdc_tomb.{{ q('sequence_text') }} is not null
+             and cdc_changes.{{ lin.sequence }} <= cast(cdc_tomb.{{ q('sequence_text') }} as {{ ctx.sequence_type }}) then 'stale'
+        when cdc_changes.{{ lin.operation }} = 'D' then 'delete'
+        when cdc_dest.{{ lin.sequence }} is not null then 'update'
+        else 'insert'
+      end as {{ q('cdc__action') }}
+    from cdc_changes
+    left join {{ ctx.target }} as cdc_dest
+      on {% for k in ctx.key_columns %}cdc_dest.{{ k }} = cdc_changes.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+    left join {{ ctx.tombstones }} as cdc_tomb
+      on cdc_tomb.{{ q('target_table') }} = {{ ctx.this_table }}
+      and cdc_tomb.{{ q('key_text') }} = {{ cdc._key_text('cdc_changes', ctx.key_columns) }}
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.batch, sql)) }}
+{% endmacro %}
+
+{#- The target. The sequence guards repeat the classification, for safety. -#}
+{% macro apply_merge_target_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_merge_target_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_merge_target_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
+  {%- set items = [] -%}
+  {%- for c in ctx.model_columns -%}{%- do items.append({'column': c, 'value': S ~ '.' ~ c}) -%}{%- endfor -%}
+  {%- do items.extend(ctx.applied_set) -%}
+  {%- set sql -%}
+    merge into {{ ctx.target }} as {{ D }}
+    using (
+      select * from {{ ctx.batch }} where {{ q('cdc__action') }} in ('insert', 'update', 'delete')
+    ) as {{ S }}
+    on {% for k in ctx.key_columns %}{{ D }}.{{ k }} = {{ S }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+    when matched and {{ S }}.{{ q('cdc__action') }} = 'delete'
+         and {{ S }}.{{ lin.sequence }} > {{ D }}.{{ lin.sequence }} then delete
+    when matched and {{ S }}.{{ q('cdc__action') }} = 'update'
+         and {{ S }}.{{ lin.sequence }} > {{ D }}.{{ lin.sequence }} then update set
+      {%- for item in items %}
+      {{ item.column }} = {{ item.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    when not matched and {{ S }}.{{ q('cdc__action') }} = 'insert' then insert (
+      {%- for item in items %}{{ item.column }}{{ ', ' if not loop.last }}{% endfor -%}
+    ) values (
+      {%- for item in items %}{{ item.value }}{{ ', ' if not loop.last }}{% endfor -%}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- Tombstones: a newer delete is remembered, a newer insert or update forgets it. -#}
+{% macro apply_merge_tombstones_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_merge_tombstones_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_merge_tombstones_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'key_text': S ~ '.' ~ q('cdc__key_text'),
+      'sequence_text': 'cast(' ~ S ~ '.' ~ lin.sequence ~ ' as ' ~ dbt.type_string() ~ ')',
+      'file_hash': S ~ '.' ~ lin.file_hash,
+      'process_id': S ~ '.' ~ lin.process_id,
+      'invocation_id': ctx.invocation,
+      'deleted_at': ctx.now,
+  } -%}
+  {%- set spec = cdc.state_tables().tombstones -%}
+  {%- set columns = cdc._state_values('tombstones', values) -%}
+  {%- set sql -%}
+    merge into {{ ctx.tombstones }} as {{ D }}
+    using (
+      select {{ q('cdc__key_text') }}, {{ lin.sequence }}, {{ lin.operation }}, {{ lin.file_hash }}, {{ lin.process_id }}
+      from {{ ctx.batch }} where {{ q('cdc__action') }} in ('insert', 'update', 'delete')
+    ) as {{ S }}
+    on {{ D }}.{{ q('target_table') }} = {{ ctx.this_table }} and {{ D }}.{{ q('key_text') }} = {{ S }}.{{ q('cdc__key_text') }}
+    when matched and {{ S }}.{{ lin.operation }} <> 'D' then delete
+    when matched then update set
+      {%- for c in columns if c.name not in spec.key %}
+      {{ q(c.name) }} = {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    when not matched and {{ S }}.{{ lin.operation }} = 'D' then insert (
+      {%- for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor -%}
+    ) values (
+      {%- for c in columns %}{{ c.value }}{{ ', ' if not loop.last }}{% endfor -%}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- One Applied File Marker per File of the batch, after the target changed; never a second
+    marker, should another apply of this table have written one meanwhile. -#}
+{% macro apply_insert_markers_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_insert_markers_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_insert_markers_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'file_hash': 'cdc_files.' ~ q('file_hash'),
+      'file_name': 'cdc_files.' ~ q('file_name'),
+      'process_id': 'cdc_files.' ~ q('process_id'),
+      'invocation_id': ctx.invocation,
+      'applied_at': ctx.now,
+      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
+      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
+      'rows_skipped': 'coalesce(cdc_counts.n_skip, 0)',
+  } -%}
+  {%- set columns = cdc._state_values('applied_files', values) -%}
+  {%- set action = q('cdc__action') -%}
+  {%- set sql -%}
+    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ ctx.batch_files }} as cdc_files
+    left join (
+      select
+        {{ lin.file_hash }} as cdc_file_hash,
+        sum(case when {{ action }} = 'insert' then 1 else 0 end) as n_insert,
+        sum(case when {{ action }} = 'update' then 1 else 0 end) as n_update,
+        sum(case when {{ action }} = 'delete' then 1 else 0 end) as n_delete,
+        sum(case when {{ action }} in ('stale', 'superseded') then 1 else 0 end) as n_skip
+      from {{ ctx.batch }}
+      group by {{ lin.file_hash }}
+    ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    where cdc_files.{{ q('file_hash') }} not in (
+      select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+      where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- A state table's columns in the contract's order, each with its value from `values`; a
+    column the contract adds without a value here is a compiler error, not a silent NULL. -#}
+{% macro _state_values(name, values) %}
+  {%- set out = [] -%}
+  {%- for column in cdc.state_tables()[name].columns -%}
+    {%- if column not in values -%}
+      {{ exceptions.raise_compiler_error("cdc contract: the apply has no value for "
+          ~ name ~ "." ~ column) }}
+    {%- endif -%}
+    {%- do out.append({'name': column, 'value': values[column]}) -%}
+  {%- endfor -%}
+  {{ return(out) }}
+{% endmacro %}
+
+{#- Statements that forget this target's markers and tombstones: before (re)creating it. -#}
+{% macro reset_statements(target_name) %}
+  {%- set where = ' where ' ~ adapter.quote('target_table') ~ ' = ' ~ cdc.sql_string(target_name) -%}
+  {{ return([
+      'delete from ' ~ cdc.state_relation('applied_files') ~ where,
+      'delete from ' ~ cdc.state_relation('tombstones') ~ where,
+  ]) }}
+{% endmacro %}
+
+{#- A key as one string: each part length-prefixed, so ('a|b', 'c') and ('a', 'b|c') differ. -#}
+{% macro _key_text(alias, keys) %}
+  {%- set s = dbt.type_string() -%}
+  {%- for k in keys -%}
+    cast(length(cast({{ alias }}.{{ k }} as {{ s }})) as {{ s }}) || ':' || cast({{ alias }}.{{ k }} as {{ s }})
+    {{- " || '|' || " if not loop.last }}
+  {%- endfor -%}
+{% endmacro %}
+
+{#- The select that creates an apply model's table empty, with the apply-only columns. -#}
+{% macro empty_target_select(sql) %}
+  select cdc_model.*
+    {%- for col in cdc.lineage_on('applied') %},
+    cast(null as {{ cdc.contract_type(col.type) }}) as {{ adapter.quote(col.name) }}
+    {%- endfor %}
+  from (
+    {{ sql }}
+  ) as cdc_model
+  where 1 = 0
+{% endmacro %}
+
+{#- Scratch tables for one apply: real tables on Spark destinations, temporary elsewhere. -#}
+{% macro scratch_relation(target, suffix) %}
+  {{ return(adapter.dispatch('scratch_relation', 'cdc')(target, suffix)) }}
+{% endmacro %}
+{% macro default__scratch_relation(target, suffix) %}
+  {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_' ~ suffix, type='table')) }}
+{% endmacro %}
+{% macro spark__scratch_relation(target, suffix) %}
+  {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix})) }}
+{% endmacro %}
+
+{% macro create_scratch_sql(relation, sql) %}
+  {{ return(adapter.dispatch('create_scratch_sql', 'cdc')(relation, sql)) }}
+{% endmacro %}
+{% macro default__create_scratch_sql(relation, sql) %}
+  {{ return('create temporary table ' ~ relation ~ ' as ' ~ sql) }}
+{% endmacro %}
+{% macro postgres__create_scratch_sql(relation, sql) %}
+  {{ return('create temporary table ' ~ relation ~ ' on commit drop as ' ~ sql) }}
+{% endmacro %}
+{% macro bigquery__create_scratch_sql(relation, sql) %}
+  {{ return('create temp table ' ~ relation ~ ' as ' ~ sql) }}
+{% endmacro %}
+{% macro spark__create_scratch_sql(relation, sql) %}
+  {{ return('create or replace table ' ~ relation ~ cdc.table_format_clause() ~ ' as ' ~ sql) }}
+{% endmacro %}
+
+{% macro now_utc() %}
+  {{ return(adapter.dispatch('now_utc', 'cdc')()) }}
+{% endmacro %}
+{% macro default__now_utc() %}{{ return(dbt.current_timestamp()) }}{% endmacro %}
+{% macro postgres__now_utc() %}{{ return("(now() at time zone 'utc')") }}{% endmacro %}

@@ -1,0 +1,149 @@
+"""What the runner needs of a destination, and the shapes staging hands to it.
+
+One subclass of ``Destination`` per dbt adapter type (``runner/destinations/<type>.py``), found
+by ``destination_for``: the Python side's ``adapter.dispatch``. Nothing outside this package
+branches on the target type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from runner.contract import lineage_on, state_table
+from runner.errors import ConfigError
+from runner.fs import FilePath
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from runner.entities import Entity
+    from runner.project import Project
+
+
+@dataclass(frozen=True)
+class FileToStage:
+    file_id: int
+    path: FilePath  # a local path, or a RemoteFile URI
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class StagedBatch:
+    """An entity's validated rows of ``files``, ready to be written to the destination."""
+
+    entity: Entity
+    rows: DataFrame
+    files: list[FileToStage]
+    counts: dict[str, int]  # content hash -> rows
+    process_id: str
+    staged_at: datetime
+
+
+def staged_types(entity: Entity) -> dict[str, str]:
+    """Every column of a staged row -> its Spark SQL type, in order: the entity's declared
+    columns, then the contract's staged lineage columns (a destination maps these types)."""
+    declared = {c.name: c.data_type for c in entity.columns}
+    out = dict(declared)
+    for col in lineage_on("staged"):
+        out[col.name] = declared[entity.sequence] if col.type == "sequence" else col.type
+    return out
+
+
+def manifest_rows(batch: StagedBatch) -> list[dict[str, Any]]:
+    """The staged-files manifest rows of a batch, one per File, keyed by the contract's columns
+    (``cdc_staged_files``) in their order."""
+    spec = state_table("staged_files")
+    out = []
+    for f in batch.files:
+        values = {
+            "entity": batch.entity.name,
+            "file_hash": f.content_hash,
+            "file_name": f.path.name,
+            "process_id": batch.process_id,
+            "staged_rows": batch.counts.get(f.content_hash, 0),
+            "staged_at": batch.staged_at,
+        }
+        missing = [c for c in spec.columns if c not in values]
+        if missing:
+            raise ConfigError(
+                f"contract.sql: {spec.identifier} has columns the runner cannot fill: {missing}"
+            )
+        out.append({c: values[c] for c in spec.columns})
+    return out
+
+
+class StagingWriter:
+    """Writes a batch to the destination: the Files' rows (replacing their earlier rows, so a
+    retried File is never duplicated), then their staged-files manifest rows."""
+
+    # Characters the destination cannot store in a string: a value holding one is bad input.
+    forbidden_characters: ClassVar[dict[str, str]] = {}
+
+    def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class Destination:
+    """A dbt target's destination, as the runner sees it."""
+
+    #: How staging learns which File a row came from: ``input_file_name()`` or, where that is
+    #: unavailable (Databricks Unity Catalog), the ``_metadata.file_path`` column.
+    file_identity: ClassVar[str] = "input_file_name"
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+
+    @property
+    def schema(self) -> str:
+        """The target's schema (dataset on BigQuery)."""
+        return str(self.project.target_context.get("schema", ""))
+
+    @property
+    def state_schema(self) -> str:
+        """Where the state tables live, for the runner and dbt alike (``Project.state_schema``)."""
+        return self.project.state_schema
+
+    # --- Spark, which stages every destination's Files -----------------------------------
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings for staging: defaults, then runner.yml's ``staging_spark_conf``, then
+        its ``targets.<target>.spark_conf``."""
+        from runner.spark_session import DEFAULT_STAGING_CONF
+
+        conf = dict(DEFAULT_STAGING_CONF)
+        conf.update(self.project.settings.staging_spark_conf)
+        extra = self.project.target_setting("spark_conf") or {}
+        conf.update({str(k): str(v) for k, v in dict(extra).items()})
+        return conf
+
+    def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
+        from runner.spark_session import build_session
+
+        return build_session(self.project, self.spark_conf(), app_name, hive_support=False)
+
+    # --- staging --------------------------------------------------------------------------
+    def writer(self) -> StagingWriter:  # pragma: no cover
+        raise NotImplementedError
+
+    # --- reading back what dbt wrote ------------------------------------------------------
+    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
+        """(content hash, target table) of every Applied File Marker; [] before the first
+        apply."""
+        raise NotImplementedError  # pragma: no cover
+
+    def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
+        """Row counts of ``schema.table`` relations, for the run summary."""
+        raise NotImplementedError  # pragma: no cover
+
+    # --- the Audit DB ---------------------------------------------------------------------
+    def default_audit(self) -> tuple[str, str | None]:
+        """Where this target's Audit DB lives when nothing else says: a SQLite file under the
+        project's state folder, one per target."""
+        path = self.project.state_dir / self.project.target_name / "audit.db"
+        return f"sqlite:///{path}", None
+
+    def scratch_dir(self) -> Path:
+        """A local folder for files on their way to the destination (created on demand)."""
+        return self.project.state_dir / self.project.target_name / "scratch"

@@ -1,0 +1,271 @@
+"""The BigQuery destination: Spark validates and writes Parquet, BigQuery load jobs load it.
+
+Idempotent per File (ADR-0004): the Files' earlier rows are deleted first (a retry), then each
+Parquet part is loaded by a load job whose id is derived from the destination table, the
+Files' content hashes and the attempt (the staging process id), so a client that resubmits a
+job after a timeout does not load it twice, while a later attempt, which has just deleted the
+rows, gets a job of its own (an id from the table and hashes alone would make BigQuery answer
+409 and skip the reload). The rows are then counted per File against Spark's count, and only
+then are the Files written to the staged-files manifest: the apply never sees a half-loaded
+File. Credentials come from the dbt profile through dbt-bigquery's own client factory
+(``method``, ``keyfile``, ``api_endpoint``, ``env_var``), never from code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.contract import lineage_columns, state_table
+from runner.destinations.base import (
+    Destination,
+    StagedBatch,
+    StagingWriter,
+    manifest_rows,
+    staged_types,
+)
+from runner.errors import ConfigError, IntegrityError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SIMPLE_TYPES = {
+    "string": "STRING",
+    "boolean": "BOOL",
+    "tinyint": "INT64",
+    "smallint": "INT64",
+    "int": "INT64",
+    "integer": "INT64",
+    "bigint": "INT64",
+    "float": "FLOAT64",
+    "double": "FLOAT64",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP",
+    "timestamp_ntz": "TIMESTAMP",
+    "binary": "BYTES",
+}
+
+
+def bq_type(spark_type: str) -> tuple[str, int | None, int | None]:
+    """(BigQuery type, precision, scale) for a declared Spark SQL type."""
+    t = spark_type.strip().lower()
+    if t in SIMPLE_TYPES:
+        return SIMPLE_TYPES[t], None, None
+    if re.fullmatch(r"(varchar|char)\(\s*\d+\s*\)", t):
+        return "STRING", None, None
+    m = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", t)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        numeric = scale <= 9 and precision - scale <= 29
+        return ("NUMERIC" if numeric else "BIGNUMERIC"), precision, scale
+    if t == "decimal":
+        return "NUMERIC", 10, 0
+    raise ConfigError(f"data_type {spark_type!r} has no BigQuery equivalent here")
+
+
+def bq_client(target: dict[str, Any]) -> Any:
+    """A google-cloud-bigquery client from the dbt profile target, built by dbt-bigquery."""
+    from dbt.adapters.bigquery.clients import create_bigquery_client
+    from dbt.adapters.bigquery.credentials import BigQueryCredentials
+
+    data = {k: v for k, v in target.items() if k not in ("type", "threads")}
+    try:
+        creds = BigQueryCredentials.from_dict(BigQueryCredentials.translate_aliases(data))
+    except Exception as exc:  # dbt's validation error names the bad field
+        raise ConfigError(f"bigquery profile target: {exc}") from exc
+    return create_bigquery_client(creds)
+
+
+def bq_name(*parts: str) -> str:
+    """A quoted BigQuery path: `project`.`dataset`.`table`."""
+    for p in parts:
+        if "`" in p or "\\" in p:
+            raise ConfigError(f"{p!r}: a BigQuery name may not hold a backquote or backslash")
+    return ".".join(f"`{p}`" for p in parts)
+
+
+class BigQueryDestination(Destination):
+    """dbt-bigquery targets (a real BigQuery, or the local emulator the tests use)."""
+
+    @property
+    def gcp_project(self) -> str:
+        value = self.project.target_context.get("database")
+        if not value:
+            raise ConfigError(f"profile target {self.project.target_name!r} has no project")
+        return str(value)
+
+    @cached_property
+    def client(self) -> Any:
+        """One client per destination (dbt-bigquery builds it from the profile)."""
+        return bq_client(self.project.target)
+
+    def writer(self) -> StagingWriter:
+        return BigQueryWriter(self)
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return [tuple(r.values()) for r in self.client.query(sql).result()]
+
+    def create_dataset(self, name: str) -> None:
+        from google.cloud import bigquery
+
+        dataset = bigquery.Dataset(f"{self.gcp_project}.{name}")
+        location = self.project.target.get("location")
+        if location:
+            dataset.location = str(location)
+        self.client.create_dataset(dataset, exists_ok=True)
+
+    def _exists(self, dataset: str, table: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self.client.get_table(f"{self.gcp_project}.{dataset}.{table}")
+        except NotFound:
+            return False
+        return True
+
+    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
+        table = state_table("applied_files").identifier
+        if not self._exists(self.state_schema, table):
+            return []
+        name = bq_name(self.gcp_project, self.state_schema, table)
+        return [(r[0], r[1]) for r in self._rows(f"select file_hash, target_table from {name}")]
+
+    def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in tables:
+            dataset, table = t.split(".")
+            name = bq_name(self.gcp_project, dataset, table)
+            out[t] = int(self._rows(f"select count(*) from {name}")[0][0])
+        return out
+
+
+class BigQueryWriter(StagingWriter):
+    def __init__(self, destination: BigQueryDestination) -> None:
+        self.destination = destination
+
+    def schema(self, batch: StagedBatch) -> list[Any]:
+        return schema_fields(staged_types(batch.entity))
+
+    def write(self, spark: SparkSession, batch: StagedBatch) -> None:
+        entity = batch.entity
+        columns = list(staged_types(entity))
+        scratch_root = self.destination.scratch_dir()
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=scratch_root))
+        # BigQuery reads Parquet timestamps as INT64 micros, not Spark's default INT96.
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        try:
+            batch.rows.select(*columns).write.mode("overwrite").parquet(str(scratch / "rows"))
+            parts = sorted((scratch / "rows").glob("part-*.parquet"))
+            self._load(batch, parts)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _load(self, batch: StagedBatch, parts: list[Path]) -> None:
+        from google.api_core.exceptions import Conflict
+        from google.cloud import bigquery
+
+        dest = self.destination
+        client = dest.client
+        entity = batch.entity
+        lineage = lineage_columns()
+        project = dest.gcp_project
+        location = dest.project.target.get("location")
+        dest.create_dataset(entity.staging_schema)
+        table_id = f"{project}.{entity.staging_schema}.{entity.staging_table}"
+        schema = self.schema(batch)
+        client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
+        table = bq_name(project, entity.staging_schema, entity.staging_table)
+        hashes = sorted(f.content_hash for f in batch.files)
+        by_hash = [bigquery.ArrayQueryParameter("hashes", "STRING", hashes)]
+        params = bigquery.QueryJobConfig(query_parameters=by_hash)
+        client.query(
+            f"delete from {table} where `{lineage['file_hash']}` in unnest(@hashes)",
+            job_config=params,
+        ).result()
+        attempt = hashlib.sha256(
+            "\n".join([table_id, batch.process_id, *hashes]).encode()
+        ).hexdigest()[:40]
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.PARQUET,
+            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+            schema=schema,
+        )
+        for i, part in enumerate(parts):
+            job_id = f"cdc_stage_{entity.staging_table}_{attempt}_{i}"
+            try:
+                with open(part, "rb") as handle:
+                    job = client.load_table_from_file(
+                        handle, table_id, job_id=job_id, job_config=config, location=location
+                    )
+            except Conflict:  # the same load was submitted before (a resubmitted request)
+                job = client.get_job(job_id, location=location)
+            job.result()
+        counted = {
+            r[0]: int(r[1])
+            for r in client.query(
+                f"select `{lineage['file_hash']}`, count(*) from {table} "
+                f"where `{lineage['file_hash']}` in unnest(@hashes) group by 1",
+                job_config=params,
+            ).result()
+        }
+        for h in hashes:
+            if counted.get(h, 0) != batch.counts.get(h, 0):
+                raise IntegrityError(
+                    f"load into {table_id}: {counted.get(h, 0)} rows of File {h[:12]} "
+                    f"in BigQuery, {batch.counts.get(h, 0)} were staged"
+                )
+        self._manifest(client, batch)
+
+    def _manifest(self, client: Any, batch: StagedBatch) -> None:
+        from google.cloud import bigquery
+
+        dest = self.destination
+        project, dataset = dest.gcp_project, dest.state_schema
+        spec = state_table("staged_files")
+        cols = list(spec.columns)
+        dest.create_dataset(dataset)
+        table_id = f"{project}.{dataset}.{spec.identifier}"
+        client.create_table(
+            bigquery.Table(table_id, schema=schema_fields(spec.columns)), exists_ok=True
+        )
+        table = bq_name(project, dataset, spec.identifier)
+        params: list[Any] = []
+        rows = []
+        for i, row in enumerate(manifest_rows(batch)):
+            items = []
+            for j, c in enumerate(cols):
+                kind = bq_type(spec.columns[c])[0]
+                params.append(bigquery.ScalarQueryParameter(f"v{i}_{j}", kind, row[c]))
+                items.append(f"@v{i}_{j} as `{c}`")
+            rows.append("select " + ", ".join(items))
+        # One statement: a File is in the manifest once, with this attempt's values.
+        names = ", ".join(f"`{c}`" for c in cols)
+        on = " and ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
+        script = (
+            f"merge {table} t using ({' union all '.join(rows)}) s on {on} "
+            "when matched then update set "
+            + ", ".join(f"`{c}` = s.`{c}`" for c in cols if c not in spec.key)
+            + f" when not matched then insert ({names}) values "
+            + f"({', '.join(f's.`{c}`' for c in cols)})"
+        )
+        client.query(script, job_config=bigquery.QueryJobConfig(query_parameters=params)).result()
+
+
+def schema_fields(types: dict[str, str]) -> list[Any]:
+    """BigQuery schema fields for columns with Spark SQL types (declared, or the contract's)."""
+    from google.cloud.bigquery import SchemaField
+
+    fields = []
+    for name, spark_type in types.items():
+        kind, precision, scale = bq_type(spark_type)
+        if precision is None or scale is None:
+            fields.append(SchemaField(name, kind))
+        else:
+            fields.append(SchemaField(name, kind, precision=precision, scale=scale))
+    return fields

@@ -1,0 +1,141 @@
+"""Finding an entity's Files under the declared landing roots.
+
+Nothing outside a landing root is ever read: a glob that escapes it, or a symlink pointing out
+of it, is refused. Files still being written are skipped: until they are old enough
+(``min_age_seconds``), or while their size or mtime changes between two listings
+(``settle()``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.entities import Entity
+from runner.errors import ConfigError
+from runner.fs import FilePath, RemoteFile, file_size_mtime, filesystem, size_mtime
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    entity: str
+    path: FilePath  # resolved, inside a landing root (a local path or a RemoteFile URI)
+    size: int
+    mtime: datetime  # naive UTC
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def resolve_roots(roots: list[FilePath]) -> list[FilePath]:
+    resolved: list[FilePath] = []
+    for root in roots:
+        if isinstance(root, RemoteFile):
+            fs, path = filesystem(root.uri)
+            if not fs.isdir(path):
+                raise ConfigError(f"landing root {root} does not exist or is not a folder")
+            resolved.append(RemoteFile(root.uri.rstrip("/")))
+            continue
+        real = root.resolve()
+        if not real.is_dir():
+            raise ConfigError(f"landing root {root} does not exist or is not a folder")
+        resolved.append(real)
+    return resolved
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def discover(
+    entity: Entity,
+    roots: list[FilePath],
+    *,
+    min_age_seconds: float = 0.0,
+    now: float | None = None,
+) -> tuple[list[LandedFile], list[str]]:
+    """The entity's Files under ``roots`` (sorted by path), and notes on what was skipped."""
+    now = time.time() if now is None else now
+    found: dict[FilePath, LandedFile] = {}
+    notes: list[str] = []
+    for root in resolve_roots(roots):
+        if isinstance(root, RemoteFile):
+            for landed in _discover_remote(entity, root, min_age_seconds, now, notes):
+                found[landed.path] = landed
+            continue
+        candidates = {c for glob in entity.landing for c in root.glob(glob)}
+        for candidate in sorted(candidates):
+            real = candidate.resolve()
+            if not _inside(real, [root]):
+                notes.append(f"{candidate}: points outside landing root {root}; not read")
+                continue
+            if not real.is_file():
+                continue
+            stat = real.stat()
+            if now - stat.st_mtime < min_age_seconds:
+                notes.append(
+                    f"{candidate}: modified {now - stat.st_mtime:.1f}s ago; skipped "
+                    "until it is older than the minimum age"
+                )
+                continue
+            found[real] = LandedFile(
+                entity=entity.name,
+                path=real,
+                size=stat.st_size,
+                mtime=datetime.fromtimestamp(stat.st_mtime, UTC).replace(tzinfo=None),
+            )
+    return sorted(found.values(), key=lambda f: str(f.path)), notes
+
+
+def _discover_remote(
+    entity: Entity, root: RemoteFile, min_age_seconds: float, now: float, notes: list[str]
+) -> list[LandedFile]:
+    """Files under a URI root, listed through fsspec (the entity's globs are relative and
+    never hold '..': checked when declared)."""
+    fs, base = filesystem(root.uri)
+    base = base.rstrip("/")
+    out = []
+    for glob in entity.landing:
+        for path, info in sorted(fs.glob(f"{base}/{glob}", detail=True).items()):
+            if info.get("type") != "file":
+                continue
+            if not path.startswith(base + "/"):
+                notes.append(f"{path}: outside landing root {root}; not read")
+                continue
+            size, mtime = file_size_mtime(info)
+            age = now - mtime.replace(tzinfo=UTC).timestamp()
+            uri = fs.unstrip_protocol(path)
+            if age < min_age_seconds:
+                notes.append(
+                    f"{uri}: modified {age:.1f}s ago; skipped until it is older than the "
+                    "minimum age"
+                )
+                continue
+            landed = LandedFile(entity=entity.name, path=RemoteFile(uri), size=size, mtime=mtime)
+            out.append(landed)
+    return out
+
+
+def settle(
+    files: list[LandedFile], seconds: float, *, sleep: Callable[[float], None] = time.sleep
+) -> tuple[list[LandedFile], list[str]]:
+    """Keep the Files whose size and mtime did not change over ``seconds`` (a second listing)."""
+    if seconds <= 0 or not files:
+        return files, []
+    sleep(seconds)
+    stable, notes = [], []
+    for f in files:
+        try:
+            size, mtime = size_mtime(f.path)
+        except FileNotFoundError:
+            notes.append(f"{f.path}: disappeared between two listings; skipped")
+            continue
+        if size != f.size or mtime != f.mtime:
+            notes.append(f"{f.path}: size or mtime changed within {seconds:g}s; skipped this run")
+            continue
+        stable.append(f)
+    return stable, notes

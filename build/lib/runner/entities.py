@@ -1,0 +1,223 @@
+"""Entity declarations: read once from the dbt project's YAML, used by the runner and by dbt.
+
+An Entity is a dbt source table whose ``meta.cdc`` holds the CDC settings; its ``columns`` with
+``data_type`` are the declared schema, so the declaration also shows in ``dbt docs``. Every
+problem in every declaration is reported at once, naming the file and the entity.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.contract import PREFIX
+from runner.errors import ConfigError
+from runner.project import IDENTIFIER, Project
+
+FORMATS = ("csv", "json", "parquet")
+MODES = ("cdc",)  # "snapshot" comes later
+# Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
+TYPE_PATTERN = re.compile(
+    r"^(string|varchar\(\d+\)|char\(\d+\)|boolean|tinyint|smallint|int|integer|bigint|float|"
+    r"double|decimal\(\s*\d+\s*,\s*\d+\s*\)|decimal|date|timestamp|timestamp_ntz|binary)$",
+    re.IGNORECASE,
+)
+DMS_OPERATIONS = {"I": "I", "U": "U", "D": "D"}
+DEBEZIUM_OPERATIONS = {"c": "I", "r": "I", "u": "U", "d": "D"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One source table being replicated."""
+
+    name: str
+    source: str
+    declared_in: Path
+    mode: str
+    landing: tuple[str, ...]  # globs under a landing root, e.g. ("customers/*.csv",)
+    format: str
+    keys: tuple[str, ...]
+    sequence: str
+    operation_column: str
+    operations: dict[str, str]  # value in the File -> I/U/D
+    columns: tuple[Column, ...]
+    staging_schema: str
+    staging_table: str
+    csv_header: bool = True
+    csv_delimiter: str = ","
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+
+def _yaml_files(project: Project) -> list[Path]:
+    dbt_conf = yaml.safe_load((project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
+    files: list[Path] = []
+    for folder in dbt_conf.get("model-paths", ["models"]):
+        base = project.dbt_project_dir / folder
+        files.extend(sorted(base.rglob("*.yml")) + sorted(base.rglob("*.yaml")))
+    return files
+
+
+def _render(value: Any, project: Project) -> Any:
+    """Render the little Jinja that source YAML may use ({{ target.schema }}, env_var)."""
+    if not isinstance(value, str) or "{{" not in value:
+        return value
+    import os
+
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.globals["env_var"] = lambda name, default=None: os.environ.get(name, default)
+    return env.from_string(value).render(target=project.target_context)
+
+
+def load_entities(project: Project) -> dict[str, Entity]:
+    """All declared entities by name; raises one ConfigError listing every problem."""
+    problems: list[str] = []
+    entities: dict[str, Entity] = {}
+    for path in _yaml_files(project):
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            problems.append(f"{path}: not valid YAML: {exc}")
+            continue
+        for source in doc.get("sources") or []:
+            for table in source.get("tables") or []:
+                cdc = (table.get("meta") or {}).get("cdc") or (table.get("config") or {}).get(
+                    "meta", {}
+                ).get("cdc")
+                if cdc is None:
+                    continue
+                entity, errors = _parse(path, source, table, cdc, project)
+                where = f"{path}: entity {table.get('name')!r}"
+                problems.extend(f"{where}: {e}" for e in errors)
+                if entity is not None:
+                    if entity.name in entities:
+                        problems.append(
+                            f"{where}: declared twice (also in {entities[entity.name].declared_in})"
+                        )
+                    entities[entity.name] = entity
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} problem(s) in entity declarations:\n  " + "\n  ".join(problems)
+        )
+    return entities
+
+
+def _parse(
+    path: Path, source: dict[str, Any], table: dict[str, Any], cdc: dict[str, Any], project: Project
+) -> tuple[Entity | None, list[str]]:
+    errors: list[str] = []
+    name = str(table.get("name", ""))
+    if not IDENTIFIER.match(name):
+        errors.append(f"name must be a plain identifier, got {name!r}")
+    known = {"mode", "landing", "format", "keys", "sequence", "operation", "csv"}
+    for key in sorted(set(cdc) - known):
+        errors.append(f"unknown key meta.cdc.{key}; accepted: {sorted(known)}")
+    mode = str(cdc.get("mode", "cdc"))
+    if mode not in MODES:
+        errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
+    landing_raw = cdc.get("landing")
+    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        errors.append(
+            "meta.cdc.landing (a path or glob under a landing root, or a list of them) is required"
+        )
+        globs = []
+    for glob in globs:
+        if glob.startswith("/") or ".." in Path(glob).parts:
+            errors.append(f"landing {glob!r} must be relative to a landing root, without '..'")
+    landing = tuple(globs)
+    fmt = str(cdc.get("format", "csv")).lower()
+    if fmt not in FORMATS:
+        errors.append(f"format {fmt!r} is not supported; accepted: {list(FORMATS)}")
+    columns: list[Column] = []
+    for col in table.get("columns") or []:
+        cname, ctype = str(col.get("name", "")), col.get("data_type")
+        if not IDENTIFIER.match(cname):
+            errors.append(f"column name {cname!r} is not a plain identifier")
+        elif cname.lower().startswith(PREFIX):
+            errors.append(f"column {cname!r} uses the reserved prefix {PREFIX!r}")
+        if not isinstance(ctype, str) or not TYPE_PATTERN.match(ctype.strip()):
+            errors.append(
+                f"column {cname!r}: data_type {ctype!r} is not a supported Spark SQL type "
+                "(string, int, bigint, double, decimal(p,s), date, timestamp, boolean, ...)"
+            )
+        columns.append(Column(cname, str(ctype).strip().lower() if ctype else ""))
+    if not columns:
+        errors.append("columns with data_type are required (the declared schema)")
+    names = [c.name for c in columns]
+    lowered = [n.lower() for n in names]
+    for dup in sorted({n for n in lowered if lowered.count(n) > 1}):
+        errors.append(f"column {dup!r} declared more than once")
+    keys = cdc.get("keys")
+    if isinstance(keys, str):
+        keys = [keys]
+    if not keys or not isinstance(keys, list):
+        errors.append("meta.cdc.keys (one or more key columns) is required")
+        keys = []
+    for key in keys:
+        if key not in names:
+            errors.append(f"key column {key!r} is not among the declared columns")
+    sequence = cdc.get("sequence")
+    if not sequence:
+        errors.append("meta.cdc.sequence (the column that orders changes) is required")
+    elif sequence not in names:
+        errors.append(f"sequence column {sequence!r} is not among the declared columns")
+    op = cdc.get("operation") or {}
+    op_column = str(op.get("column", "Op"))
+    preset = str(op.get("preset", "dms")).lower()
+    presets = {"dms": DMS_OPERATIONS, "debezium": DEBEZIUM_OPERATIONS}
+    if "values" in op:
+        operations = {str(k): str(v).upper() for k, v in (op.get("values") or {}).items()}
+    elif preset in presets:
+        operations = dict(presets[preset])
+    else:
+        errors.append(f"operation.preset {preset!r} unknown; accepted: {sorted(presets)}")
+        operations = {}
+    bad_ops = sorted({v for v in operations.values() if v not in ("I", "U", "D")})
+    if bad_ops:
+        errors.append(f"operation.values must map to I, U or D; got {bad_ops}")
+    if op_column not in names:
+        errors.append(f"operation column {op_column!r} is not among the declared columns")
+    csv_opts = cdc.get("csv") or {}
+    staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
+    staging_table = str(table.get("identifier", name))
+    for what, ident in (("staging schema", staging_schema), ("staging table", staging_table)):
+        if not IDENTIFIER.match(ident):
+            errors.append(f"{what} {ident!r} is not a plain identifier")
+    if errors:
+        return None, errors
+    return (
+        Entity(
+            name=name,
+            source=str(source.get("name")),
+            declared_in=path,
+            mode=mode,
+            landing=landing,
+            format=fmt,
+            keys=tuple(keys),
+            sequence=str(sequence),
+            operation_column=op_column,
+            operations=operations,
+            columns=tuple(columns),
+            staging_schema=staging_schema,
+            staging_table=staging_table,
+            csv_header=bool(csv_opts.get("header", True)),
+            csv_delimiter=str(csv_opts.get("delimiter", ",")),
+            meta=dict(cdc),
+        ),
+        [],
+    )

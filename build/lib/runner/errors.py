@@ -1,0 +1,129 @@
+"""One root exception for the runner, split into terminal and transient failures.
+
+The split decides what happens to a File: a terminal error (bad input that will never parse)
+quarantines that File only; a transient error (lost connection, a lease taken over) gives the
+File back to PENDING without counting an attempt; anything else is recorded against the File it
+can be pinned on and re-raised. :func:`classify` maps the exceptions of the libraries we drive
+(Spark, psycopg2) onto these branches.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class CdcError(Exception):
+    """Root of every error the runner raises on purpose.
+
+    ``path``, ``content_hash`` and ``process_id`` say which File and which runner invocation the
+    error is about, so that a log line or an Audit DB row can name them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        content_hash: str | None = None,
+        process_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.content_hash = content_hash
+        self.process_id = process_id
+
+
+class TerminalError(CdcError):
+    """Retrying cannot help: the File is quarantined with this reason."""
+
+
+class TransientError(CdcError):
+    """Retrying may help: the File returns to PENDING without counting an attempt."""
+
+
+class LeaseLost(TransientError):
+    """Another run took the File over (our lease lapsed); it is theirs now, leave it alone."""
+
+
+class IntegrityError(CdcError):
+    """The runner's own accounting does not add up (rows read versus staged): never mark such
+    a File staged. Neither bad input nor transient: recorded against the File and re-raised."""
+
+
+class ConfigError(CdcError):
+    """The project's configuration is wrong; nothing was processed."""
+
+
+class UsageError(click.ClickException):
+    """A user error the CLI prints as one line and exits 2 on."""
+
+    exit_code = 2
+
+
+# Substrings of Java exceptions that mean the input itself cannot be read: no retry helps.
+_UNREADABLE_INPUT = (
+    "Encountered error while reading file",  # Spark's FAILED_READ_FILE, whatever the format
+    "java.io.EOFException",
+    "Unexpected end of input stream",
+    "java.util.zip.ZipException",
+    "Not in GZIP format",
+    "incorrect header check",
+    "is not a Parquet file",
+    "ParquetDecodingException",
+    "CorruptedException",
+    "MalformedInputException",
+    "CharacterCodingException",
+    "Can not read value at",
+)
+# ... and of those that mean the engine or the network had a bad moment.
+_TRANSIENT = (
+    "Connection refused",
+    "Connection reset",
+    "SparkContext was shut down",
+    "Py4JNetworkError",
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__
+
+
+def classify(
+    exc: BaseException,
+    *,
+    path: str | None = None,
+    content_hash: str | None = None,
+    process_id: str | None = None,
+) -> CdcError:
+    """The exception as a CdcError: TerminalError, TransientError, or a plain CdcError (unknown:
+    record it against the File it can be pinned on, then re-raise)."""
+    if isinstance(exc, CdcError):
+        return exc
+    where = dict(path=path, content_hash=content_hash, process_id=process_id)
+    text = f"{type(exc).__name__}: {exc}"
+    try:
+        import psycopg2
+
+        if isinstance(exc, psycopg2.DataError):
+            return TerminalError(f"the destination refused a value: {_first_line(exc)}", **where)
+        if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError):
+            return TransientError(f"destination connection: {_first_line(exc)}", **where)
+    except ImportError:  # pragma: no cover
+        pass
+    if any(marker in text for marker in _TRANSIENT) or isinstance(exc, ConnectionError):
+        return TransientError(f"{type(exc).__name__}: {_first_line(exc)}", **where)
+    for marker in _UNREADABLE_INPUT:
+        if marker in text:
+            lines = [ln.strip() for ln in text.splitlines()]
+            cause = [
+                ln for ln in lines if ln.startswith("Caused by:") and "SparkException" not in ln
+            ]
+            line = (
+                cause[0].removeprefix("Caused by:").strip()
+                if cause
+                else next((ln for ln in lines if marker in ln), marker)
+            )
+            return TerminalError(f"cannot be read: {line[:300]}", **where)
+    return CdcError(f"{type(exc).__name__}: {_first_line(exc)}", **where)

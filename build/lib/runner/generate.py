@@ -1,0 +1,311 @@
+"""Deterministic AWS DMS-style CSV Files for the sample `customers` entity.
+
+Used for the shipped example landing folder, the tests and the benchmarks: a full load
+(``LOAD00000001.csv``, all ``Op=I``) then change Files named by time, with updates, deletes and
+re-inserts, several changes per key per File, and rows out of sequence order inside a File.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+HEADER = ["Op", "AR_H_CHANGE_SEQ", "customer_id", "name", "email", "tier", "balance", "updated_at"]
+FIRST = ["Ana", "Björn", "Zoë", "José", "Łukasz", "Siân", "Nguyễn", "O'Brien", "Renée", "Çağla"]
+LAST = ["Smith, Jr.", "Müller", 'García "Gigi"', "Øvergård", "Dvořák", "Lee", "Ng", "Żak"]
+TIERS = ["bronze", "silver", "gold", None]
+
+
+@dataclass
+class Change:
+    op: str
+    seq: str
+    customer_id: int
+    name: str | None
+    email: str | None
+    tier: str | None
+    balance: Decimal | None
+    updated_at: datetime | None
+
+    def row(self) -> list[str]:
+        def fmt(v: object) -> str:
+            if v is None:
+                return ""
+            if isinstance(v, datetime):
+                return v.strftime("%Y-%m-%d %H:%M:%S.%f")
+            return str(v)
+
+        return [
+            self.op,
+            self.seq,
+            str(self.customer_id),
+            fmt(self.name),
+            fmt(self.email),
+            fmt(self.tier),
+            fmt(self.balance),
+            fmt(self.updated_at),
+        ]
+
+
+def sequence(at: datetime, counter: int) -> str:
+    """A 35-character DMS-like change sequence: timestamp then a zero-padded counter."""
+    return f"{at:%Y%m%d%H%M%S}{counter:021d}"
+
+
+def _person(rng: random.Random, cid: int, at: datetime) -> dict[str, object]:
+    first, last = rng.choice(FIRST), rng.choice(LAST)
+    return {
+        "name": f"{first} {last}",
+        "email": f"{first.lower()}.{cid}@example.com" if rng.random() > 0.05 else None,
+        "tier": rng.choice(TIERS),
+        "balance": Decimal(rng.randint(-50_000, 5_000_000)) / 100,
+        "updated_at": at + timedelta(microseconds=rng.randint(0, 999_999)),
+    }
+
+
+def write_file(path: Path, changes: list[Change]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(HEADER)
+        for change in changes:
+            writer.writerow(change.row())
+
+
+def generate_customers(
+    out_dir: Path,
+    *,
+    initial: int = 120,
+    files: int = 4,
+    changes_per_file: int = 40,
+    seed: int = 7,
+    start: datetime = datetime(2026, 3, 1, 8, 0, 0),
+) -> list[Path]:
+    """Write a full load and ``files`` change Files; returns the paths in landing order."""
+    rng = random.Random(seed)
+    counter = 0
+    alive: set[int] = set()
+    deleted: set[int] = set()
+    written = []
+    load = []
+    for cid in range(1, initial + 1):
+        counter += 1
+        load.append(Change("I", sequence(start, counter), cid, **_person(rng, cid, start)))  # type: ignore[arg-type]
+        alive.add(cid)
+    path = out_dir / "LOAD00000001.csv"
+    write_file(path, load)
+    written.append(path)
+    next_id = initial + 1
+    at = start
+    for _ in range(files):
+        at += timedelta(minutes=5, milliseconds=rng.randint(0, 999))
+        changes = []
+        for _ in range(changes_per_file):
+            counter += 1
+            roll = rng.random()
+            if roll < 0.15 and deleted:  # re-insert a deleted key
+                cid = rng.choice(sorted(deleted))
+                deleted.discard(cid)
+                alive.add(cid)
+                op = "I"
+            elif roll < 0.30 or not alive:  # a new key
+                cid, next_id = next_id, next_id + 1
+                alive.add(cid)
+                op = "I"
+            elif roll < 0.45:
+                cid = rng.choice(sorted(alive))
+                alive.discard(cid)
+                deleted.add(cid)
+                changes.append(
+                    Change("D", sequence(at, counter), cid, None, None, None, None, None)
+                )
+                continue
+            else:
+                cid = rng.choice(sorted(alive))
+                op = "U"
+            changes.append(Change(op, sequence(at, counter), cid, **_person(rng, cid, at)))  # type: ignore[arg-type]
+        rng.shuffle(changes)  # DMS may write rows out of sequence order within a File
+        path = out_dir / f"{at:%Y%m%d-%H%M%S}{at.microsecond // 1000:03d}.csv"
+        write_file(path, changes)
+        written.append(path)
+    return written
+
+
+# -- any declared entity ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What to write: after the synthetic CDC data generator in the design notes."""
+
+    initial: int = 1000  # rows of the full load (all inserts)
+    incremental: int = 1000  # change rows after it, over `files` Files
+    files: int = 10
+    delete_share: float = 0.2  # of the change rows; deleted keys are later re-inserted too
+    update_share: float = 0.4  # the rest are inserts of new keys
+    seed: int = 7
+
+
+def _value(rng: random.Random, data_type: str, n: int) -> str:
+    t = data_type.lower()
+    if t.startswith("decimal"):
+        scale = int(t.split(",")[1].rstrip(") ")) if "," in t else 0
+        cents = rng.randint(-(10**6), 10**8)
+        return f"{Decimal(cents).scaleb(-scale):f}" if scale else str(cents)
+    if t in ("bigint", "int", "integer", "smallint", "tinyint"):
+        return str(rng.randint(0, 30000))
+    if t in ("double", "float"):
+        return repr(round(rng.uniform(-1e6, 1e6), 4))
+    if t == "boolean":
+        return rng.choice(["true", "false"])
+    if t == "date":
+        return (datetime(2026, 1, 1) + timedelta(days=rng.randint(0, 365))).strftime("%Y-%m-%d")
+    if t.startswith("timestamp"):
+        at = datetime(2026, 1, 1) + timedelta(microseconds=rng.randint(0, 10**13))
+        return at.strftime("%Y-%m-%d %H:%M:%S.%f")
+    word = rng.choice(FIRST) + " " + rng.choice(LAST)
+    return f"{word} {n}" if rng.random() > 0.05 else ""
+
+
+def _key(data_type: str, n: int, i: int) -> str:
+    t = data_type.lower()
+    if t in ("bigint", "int", "integer") or t.startswith("decimal"):
+        return str(n if i == 0 else n % 1000 + i)
+    return f"k{n}-{i}"
+
+
+def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path]:
+    """DMS-style CSV Files for a declared entity: a full load, then change Files.
+
+    Deterministic for a seed. Keys are numbered; a change deletes, updates or inserts a key by
+    the given shares, re-inserting deleted keys now and then; rows inside a File are shuffled.
+    """
+    rng = random.Random(spec.seed)
+    columns = [c.name for c in entity.columns]
+    types = {c.name: c.data_type for c in entity.columns}
+    codes: dict[str, str] = {}
+    for code, op in entity.operations.items():
+        codes.setdefault(op, code)
+    seq_type = types[entity.sequence].lower()
+    counter = 0
+    at = datetime(2026, 3, 1, 8, 0, 0)
+
+    def seq() -> str:
+        nonlocal counter
+        counter += 1
+        return sequence(at, counter) if seq_type == "string" else str(counter)
+
+    def row(op: str, n: int) -> list[str]:
+        values = {}
+        for i, key in enumerate(entity.keys):
+            values[key] = _key(types[key], n, i)
+        for c in columns:
+            if c == entity.operation_column:
+                values[c] = codes[op]
+            elif c == entity.sequence:
+                values[c] = seq()
+            elif c not in values:
+                values[c] = "" if op == "D" else _value(rng, types[c], n)
+        return [values[c] for c in columns]
+
+    def write(path: Path, rows: list[list[str]]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            w = csv.writer(handle, lineterminator="\n")
+            w.writerow(columns)
+            w.writerows(rows)
+        return path
+
+    alive = list(range(1, spec.initial + 1))
+    alive_set = set(alive)
+    deleted: list[int] = []
+    written = [write(out_dir / "LOAD00000001.csv", [row("I", n) for n in alive])]
+    next_key = spec.initial + 1
+    per_file = [
+        spec.incremental // spec.files + (i < spec.incremental % spec.files)
+        for i in range(spec.files)
+    ]
+    for count in per_file:
+        at += timedelta(minutes=5)
+        rows = []
+        for _ in range(count):
+            roll = rng.random()
+            if roll < spec.delete_share and alive:
+                n = alive.pop(rng.randrange(len(alive)))
+                alive_set.discard(n)
+                deleted.append(n)
+                rows.append(row("D", n))
+            elif roll < spec.delete_share + spec.update_share and alive:
+                rows.append(row("U", alive[rng.randrange(len(alive))]))
+            else:
+                if deleted and rng.random() < 0.1:
+                    n = deleted.pop(rng.randrange(len(deleted)))
+                else:
+                    n, next_key = next_key, next_key + 1
+                alive.append(n)
+                alive_set.add(n)
+                rows.append(row("I", n))
+        rng.shuffle(rows)
+        written.append(write(out_dir / f"{at:%Y%m%d-%H%M%S}000.csv", rows))
+    return written
+
+
+VALUE_TYPES = ("string", "decimal(12,2)", "timestamp", "bigint", "string", "double")
+
+
+def synthetic_declaration(name: str, key_columns: int, value_columns: int) -> dict[str, Any]:
+    """A source-table declaration (the YAML of dbt_project/models/staging) for an entity of
+    ``key_columns`` bigint keys and ``value_columns`` non-key columns of mixed types."""
+    keys = [f"k{i + 1}" for i in range(key_columns)]
+    columns = [
+        {"name": "Op", "data_type": "string"},
+        {"name": "AR_H_CHANGE_SEQ", "data_type": "string"},
+    ]
+    columns += [{"name": k, "data_type": "bigint"} for k in keys]
+    columns += [
+        {"name": f"c{i + 1}", "data_type": VALUE_TYPES[i % len(VALUE_TYPES)]}
+        for i in range(value_columns)
+    ]
+    return {
+        "name": name,
+        "identifier": f"{name}__staged",
+        "meta": {
+            "cdc": {
+                "mode": "cdc",
+                "landing": f"{name}/*.csv",
+                "format": "csv",
+                "keys": keys,
+                "sequence": "AR_H_CHANGE_SEQ",
+                "operation": {"column": "Op", "preset": "dms"},
+            }
+        },
+        "columns": columns,
+    }
+
+
+def synthetic_entity(name: str, key_columns: int, value_columns: int) -> Any:
+    """The Entity of ``synthetic_declaration``, to generate Files before it is declared."""
+    from runner.entities import DMS_OPERATIONS, Column, Entity
+
+    decl = synthetic_declaration(name, key_columns, value_columns)
+    cdc = decl["meta"]["cdc"]
+    return Entity(
+        name=name,
+        source="synthetic",
+        declared_in=Path("."),
+        mode="cdc",
+        landing=(cdc["landing"],),
+        format="csv",
+        keys=tuple(cdc["keys"]),
+        sequence=cdc["sequence"],
+        operation_column="Op",
+        operations=dict(DMS_OPERATIONS),
+        columns=tuple(Column(c["name"], c["data_type"]) for c in decl["columns"]),
+        staging_schema="cdc",
+        staging_table=decl["identifier"],
+    )

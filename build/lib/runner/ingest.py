@@ -1,0 +1,266 @@
+"""`runner ingest`: discover, hash, register, claim and stage each entity's Files."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from audit import AuditDB, FileRecord, IllegalTransition
+from runner.destinations import destination_for
+from runner.discover import LandedFile, discover, settle
+from runner.entities import Entity, load_entities
+from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
+from runner.fs import FilePath, RemoteFile, as_file, is_uri
+from runner.hashing import content_hash
+from runner.progress import Progress
+from runner.project import Project
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from runner.destinations import Destination
+    from runner.staging.spark import StageResult
+
+log = logging.getLogger("runner.ingest")
+
+
+@dataclass
+class IngestResult:
+    registered: int = 0
+    duplicates: int = 0
+    staged: int = 0
+    quarantined: int = 0
+    failed: int = 0
+    retrying: int = 0  # failed this time, back to PENDING for the next run
+    rows: int = 0
+    committed: int = 0  # STAGED Files found applied by the reconcile that ingest starts with
+    notes: list[str] = field(default_factory=list)
+
+
+def landing_roots(project: Project, landing: list[str] | None) -> list[FilePath]:
+    """The folders Files may be read from: --landing, else runner.yml's landing_roots. A root
+    may be a URI (s3://, gs://, abfss://, file://): listed and read through fsspec."""
+    roots = landing or list(project.settings.landing_roots)
+    out: list[FilePath] = []
+    for r in roots:
+        if is_uri(r):
+            out.append(RemoteFile(r))
+        else:
+            out.append((project.root / r) if not Path(r).is_absolute() else Path(r))
+    return out
+
+
+def ingest(
+    project: Project,
+    db: AuditDB,
+    process_id: str,
+    *,
+    spark: SparkSession,
+    landing: list[str] | None = None,
+    entity_names: list[str] | None = None,
+    min_age_seconds: float = 0.0,
+    settle_seconds: float = 0.0,
+    progress: Progress | None = None,
+) -> IngestResult:
+
+    destination = destination_for(project)
+
+    entities = load_entities(project)
+    unknown = sorted(set(entity_names or []) - set(entities))
+    if unknown:
+        raise ConfigError(f"unknown entities {unknown}; declared: {sorted(entities)}")
+    chosen: list[Entity] = [entities[n] for n in (entity_names or sorted(entities))]
+    roots = landing_roots(project, landing)
+    result = IngestResult()
+    progress = progress or Progress()
+    from runner.reconcile import reconcile
+
+    result.committed = reconcile(project, db, process_id, spark).committed
+    recovery = db.recover(process_id)
+    for pid in recovery.aborted_runs:
+        result.notes.append(f"run {pid} had stopped without ending; closed as aborted")
+    for rec in recovery.reclaimed:
+        result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
+    found: dict[str, list[LandedFile]] = {}
+    for entity in chosen:
+        files, notes = discover(entity, roots, min_age_seconds=min_age_seconds)
+        result.notes.extend(notes)
+        found[entity.name] = files
+    if settle_seconds > 0:  # one pause for all entities, then a second listing
+        every = [f for files in found.values() for f in files]
+        stable, notes = settle(every, settle_seconds)
+        result.notes.extend(notes)
+        keep = {f.path for f in stable}
+        found = {name: [f for f in files if f.path in keep] for name, files in found.items()}
+    for entity in chosen:
+        files = found[entity.name]
+        progress.start("hash", entity.name, len(files))
+        for landed in files:
+            path = str(landed.path)
+            known = db.find_sighting(
+                entity=entity.name, path=path, size=landed.size, mtime=landed.mtime
+            )
+            if known is not None:
+                progress.advance("hash", entity.name, bytes=0)
+                continue  # same path, size and mtime: already hashed and registered
+            reg = db.register_file(
+                entity=entity.name,
+                path=path,
+                size=landed.size,
+                mtime=landed.mtime,
+                content_hash=content_hash(landed.path),
+                process_id=process_id,
+            )
+            if reg.created:
+                result.registered += 1
+                result.duplicates += reg.file.state == "DUPLICATE"
+            progress.advance("hash", entity.name, bytes=landed.size)
+        stager = _Stager(spark, db, entity, process_id, destination, result, progress)
+        # Files that were in flight when a run died are staged alone first: if one of them
+        # kills the process again, that lapse is pinned on it (and it ends FAILED).
+        suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
+        for file_id in suspects:
+            try:
+                stager.stage([db.claim(file_id, process_id)])
+            except IllegalTransition:
+                continue  # another run took it
+        claimed = db.claim_pending(process_id, entity=entity.name)
+        if claimed:
+            log.info("staging %d Files of %s", len(claimed), entity.name)
+            stager.stage(claimed)
+    return result
+
+
+class _Stager:
+    """Stages claimed Files and settles each one's fate in the Audit DB.
+
+    A batch that fails is split into single Files, so one unreadable File is quarantined and
+    the others are staged. A transient error gives every File back without counting an
+    attempt. An unknown error counts against a File only when it can be pinned on it (it was
+    staged alone, or others succeeded alone); when every File fails alone the cause is not the
+    Files: they are given back uncounted (each with a lapse, so they go alone next time) and
+    the error is re-raised.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        db: AuditDB,
+        entity: Entity,
+        process_id: str,
+        destination: Destination,
+        result: IngestResult,
+        progress: Progress,
+    ) -> None:
+        self.spark, self.db, self.entity = spark, db, entity
+        self.process_id, self.destination = process_id, destination
+        self.writer = destination.writer()
+        self.result, self.progress = result, progress
+
+    def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
+        from runner.destinations import FileToStage
+        from runner.staging.spark import stage_entity
+
+        to_stage = [FileToStage(c.id, as_file(c.path), c.content_hash) for c in files]
+        try:
+            return stage_entity(
+                self.spark,
+                self.entity,
+                to_stage,
+                self.process_id,
+                self.writer,
+                self.destination.file_identity,
+            )
+        except Exception as exc:  # decided below, per File
+            one = files[0] if len(files) == 1 else None
+            err = classify(
+                exc,
+                path=one.path if one else None,
+                content_hash=one.content_hash if one else None,
+                process_id=self.process_id,
+            )
+            err.__cause__ = exc
+            log.debug("staging %d File(s) of %s failed", len(files), self.entity.name, exc_info=exc)
+            return err
+
+    def stage(self, claimed: list[FileRecord]) -> None:
+        self.progress.start("stage", self.entity.name, len(claimed))
+        outcome = self._try(claimed)
+        if isinstance(outcome, TransientError):
+            self._release(claimed, outcome)
+            raise outcome
+        if not isinstance(outcome, CdcError):
+            self._settle(outcome)
+            return
+        if len(claimed) == 1:
+            self._fail(claimed[0], outcome)
+            if not isinstance(outcome, TerminalError):
+                raise outcome
+            return
+        log.warning(
+            "staging %d Files of %s together failed (%s); staging them one by one",
+            len(claimed),
+            self.entity.name,
+            outcome.message,
+        )
+        unknown: list[tuple[FileRecord, CdcError]] = []
+        succeeded = 0
+        for i, rec in enumerate(claimed):
+            single = self._try([rec])
+            if isinstance(single, TransientError):
+                self._release(claimed[i:], single)
+                self._release([r for r, _ in unknown], single)
+                raise single
+            if isinstance(single, TerminalError):
+                self._fail(rec, single)
+            elif isinstance(single, CdcError):
+                unknown.append((rec, single))
+            else:
+                succeeded += 1
+                self._settle(single)
+        if unknown and not succeeded:  # every File failed alone: not the Files' fault
+            self._release([r for r, _ in unknown], unknown[0][1], lapse=True)
+            raise unknown[0][1]
+        for rec, err in unknown:
+            self._fail(rec, err)
+
+    def _settle(self, staged: StageResult) -> None:
+        for file_id, reason in staged.quarantined.items():
+            self.db.quarantine(file_id, self.process_id, reason)
+            self.result.quarantined += 1
+            log.warning("quarantined %s", reason)
+        for file_id, rows in staged.staged.items():
+            try:
+                self.db.mark_staged(file_id, self.process_id, self.process_id)
+            except IllegalTransition as exc:  # our lease lapsed and another run took it
+                self.result.notes.append(f"File {file_id}: lease lost while staging ({exc})")
+                continue
+            self.result.staged += 1
+            self.result.rows += rows
+        n = len(staged.staged) + len(staged.quarantined)
+        self.progress.advance("stage", self.entity.name, files=n, rows=staged.rows)
+
+    def _fail(self, rec: FileRecord, err: CdcError) -> None:
+        name = as_file(rec.path).name
+        message = err.message if err.message.startswith(name) else f"{name}: {err.message}"
+        try:
+            if isinstance(err, TerminalError):
+                self.db.quarantine(rec.id, self.process_id, message)
+                self.result.quarantined += 1
+                log.warning("quarantined %s", message)
+            else:
+                after = self.db.record_failure(rec.id, self.process_id, message[:2000])
+                self.result.failed += after.state == "FAILED"
+                self.result.retrying += after.state == "PENDING"
+                log.warning("failed %s", message)
+        except IllegalTransition as exc:
+            self.result.notes.append(f"{rec.path}: lease lost ({exc})")
+
+    def _release(self, recs: list[FileRecord], err: CdcError, *, lapse: bool = False) -> None:
+        for rec in recs:
+            try:
+                self.db.release(rec.id, self.process_id, err.message[:2000], lapse=lapse)
+            except IllegalTransition:
+                continue

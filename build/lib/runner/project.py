@@ -1,0 +1,243 @@
+"""Where a runner invocation finds its settings: the project root, runner.yml, the dbt project
+and the dbt profile target.
+
+The dbt profile is the single source of truth for how to reach a destination, including the
+Spark settings of the embedded ``local`` target. The runner renders the same profiles.yml with
+dbt's own renderer, so ``env_var()`` means the same thing to both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.errors import ConfigError
+
+RUNNER_SETTINGS_FILE = "runner.yml"
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def validate_identifier(value: str, what: str) -> str:
+    """Reject anything that is not a plain SQL identifier before it reaches generated SQL."""
+    if not isinstance(value, str) or not IDENTIFIER.match(value):
+        raise ConfigError(
+            f"{what} must be a plain identifier (letters, digits, underscore; "
+            f"not starting with a digit; at most 63 characters), got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """How the Audit DB behaves: attempts before FAILED, and how long a lease lasts."""
+
+    max_attempts: int = 3
+    lease_seconds: int = 60
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """runner.yml, with defaults for every key so the file is optional."""
+
+    dbt_project_dir: str = "dbt_project"
+    state_dir: str = ".cdc"
+    landing_roots: tuple[str, ...] = ("landing",)
+    audit: AuditSettings = field(default_factory=AuditSettings)
+    # Per dbt target: audit_url and audit_schema overrides.
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Spark settings for staging when the target is not a Spark target (e.g. postgres).
+    staging_spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: Path) -> RunnerSettings:
+        path = root / RUNNER_SETTINGS_FILE
+        if not path.exists():
+            return cls()
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        known = {
+            "dbt_project_dir",
+            "state_dir",
+            "landing_roots",
+            "audit",
+            "targets",
+            "staging_spark_conf",
+        }
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown keys {unknown}; accepted: {sorted(known)}")
+        audit_raw = raw.get("audit") or {}
+        audit = AuditSettings(
+            max_attempts=int(audit_raw.get("max_attempts", AuditSettings.max_attempts)),
+            lease_seconds=int(audit_raw.get("lease_seconds", AuditSettings.lease_seconds)),
+        )
+        if audit.max_attempts < 1 or audit.lease_seconds < 1:
+            raise ConfigError(f"{path}: audit.max_attempts and audit.lease_seconds must be >= 1")
+        return cls(
+            dbt_project_dir=str(raw.get("dbt_project_dir", cls.dbt_project_dir)),
+            state_dir=str(raw.get("state_dir", cls.state_dir)),
+            landing_roots=tuple(str(p) for p in raw.get("landing_roots", ["landing"])),
+            audit=audit,
+            targets={str(k): dict(v or {}) for k, v in (raw.get("targets") or {}).items()},
+            staging_spark_conf={
+                str(k): str(v) for k, v in (raw.get("staging_spark_conf") or {}).items()
+            },
+        )
+
+
+def _render_profile_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Render a profile target exactly as dbt does (env_var, native types)."""
+    from dbt.config.renderer import ProfileRenderer
+    from dbt_common.context import set_invocation_context
+
+    set_invocation_context(dict(os.environ))
+    rendered: dict[str, Any] = ProfileRenderer({}).render_data(data)
+    return rendered
+
+
+@dataclass(frozen=True)
+class Project:
+    """One resolved project: its root folder, settings, dbt project and the chosen target."""
+
+    root: Path
+    settings: RunnerSettings
+    dbt_project_dir: Path
+    profiles_dir: Path
+    profile_name: str
+    target_name: str
+    target: dict[str, Any]
+    dbt_vars: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return (self.root / self.settings.state_dir).resolve()
+
+    @classmethod
+    def load(
+        cls,
+        project_dir: str | os.PathLike[str] | None = None,
+        target: str | None = None,
+        profiles_dir: str | os.PathLike[str] | None = None,
+    ) -> Project:
+        root = Path(project_dir or os.environ.get("CDC_PROJECT_DIR") or ".").resolve()
+        if not root.is_dir():
+            raise ConfigError(f"project directory {root} does not exist")
+        # The profile refers to project-local paths as {{ env_var('CDC_HOME', '.') }}/...; the
+        # runner pins them to this project so it works from any working directory. dbt run
+        # in-process by the runner inherits the same value.
+        os.environ["CDC_HOME"] = str(root)
+        settings = RunnerSettings.load(root)
+        dbt_dir = (root / settings.dbt_project_dir).resolve()
+        profile_name = "cdc"
+        dbt_project_file = dbt_dir / "dbt_project.yml"
+        dbt_vars: dict[str, Any] = {}
+        if dbt_project_file.exists():
+            dbt_conf = yaml.safe_load(dbt_project_file.read_text()) or {}
+            profile_name = str(dbt_conf.get("profile", profile_name))
+            dbt_vars = dict(dbt_conf.get("vars") or {})
+        prof_dir = cls._profiles_dir(root, profiles_dir)
+        profiles_file = prof_dir / "profiles.yml"
+        if not profiles_file.exists():
+            raise ConfigError(
+                f"no profiles.yml in {prof_dir}; run `make setup` (it writes ./profiles.yml "
+                "from profiles.example.yml) or pass --profiles-dir"
+            )
+        profiles = yaml.safe_load(profiles_file.read_text()) or {}
+        profile = profiles.get(profile_name)
+        if not isinstance(profile, dict) or "outputs" not in profile:
+            raise ConfigError(f"{profiles_file}: no profile named {profile_name!r} with outputs")
+        target_name = target or os.environ.get("DBT_TARGET") or profile.get("target") or "local"
+        outputs = profile["outputs"]
+        if target_name not in outputs:
+            raise ConfigError(
+                f"{profiles_file}: profile {profile_name!r} has no target {target_name!r}; "
+                f"targets: {sorted(outputs)}"
+            )
+        rendered = _render_profile_data(dict(outputs[target_name]))
+        return cls(
+            root=root,
+            settings=settings,
+            dbt_project_dir=dbt_dir,
+            profiles_dir=prof_dir,
+            profile_name=profile_name,
+            target_name=str(target_name),
+            target=rendered,
+            dbt_vars=dbt_vars,
+        )
+
+    @staticmethod
+    def _profiles_dir(root: Path, explicit: str | os.PathLike[str] | None) -> Path:
+        if explicit:
+            return Path(explicit).resolve()
+        if os.environ.get("DBT_PROFILES_DIR"):
+            return Path(os.environ["DBT_PROFILES_DIR"]).resolve()
+        if (root / "profiles.yml").exists():
+            return root
+        return Path.home() / ".dbt"
+
+    @property
+    def target_context(self) -> dict[str, Any]:
+        """The target as dbt's ``target`` Jinja variable shows it: ``schema`` and ``database``
+        whatever the adapter calls them (BigQuery's ``dataset`` and ``project``)."""
+        ctx = dict(self.target)
+        for alias, name in (("dataset", "schema"), ("project", "database"), ("dbname", "database")):
+            if alias in ctx and name not in ctx:
+                ctx[name] = ctx[alias]
+        ctx.setdefault("name", self.target_name)
+        return ctx
+
+    @property
+    def state_schema(self) -> str:
+        """The one schema of the state tables (staged-files manifest, Applied File Markers,
+        tombstones), for the runner and dbt alike: dbt_project.yml's ``vars: cdc_state_schema``
+        (what ``cdc.state_schema()`` reads), else the target's schema."""
+        scoped = self.dbt_vars.get("cdc")
+        value = self.dbt_vars.get("cdc_state_schema")
+        if isinstance(scoped, dict) and "cdc_state_schema" in scoped:
+            value = scoped["cdc_state_schema"]
+        if value is None:
+            value = self.target_context.get("schema", "")
+        text = str(value)
+        if "{{" in text:
+            raise ConfigError(
+                f"vars.cdc_state_schema {text!r}: write the schema name itself (the runner "
+                "reads it too and does not render Jinja there)"
+            )
+        return validate_identifier(text, "vars.cdc_state_schema")
+
+    def target_setting(self, key: str) -> Any:
+        return self.settings.targets.get(self.target_name, {}).get(key)
+
+
+def audit_location(
+    project: Project, url: str | None = None, schema: str | None = None
+) -> tuple[str, str | None]:
+    """Which Audit DB this invocation uses, as (SQLAlchemy URL, PostgreSQL schema or None).
+
+    In order: an explicit URL (``--audit-url`` or ``CDC_AUDIT_URL``); runner.yml's
+    ``targets.<target>.audit_url``; the destination's default (for a postgres target, the same
+    server in its own schema; otherwise a SQLite file under the state folder, one per target).
+    """
+    from runner.destinations import destination_for
+
+    schema = schema or project.target_setting("audit_schema")
+    url = url or project.target_setting("audit_url")
+    if url:
+        url = os.path.expandvars(str(url))
+    else:
+        url, default_schema = destination_for(project).default_audit()
+        schema = schema or default_schema
+    if schema:
+        validate_identifier(schema, "audit schema")
+        if not url.startswith("postgresql"):
+            raise ConfigError("an audit schema can only be used with a PostgreSQL Audit DB")
+    return url, schema

@@ -1,0 +1,67 @@
+"""`runner reconcile`: STAGED Files whose Applied File Marker exists become COMMITTED.
+
+The marker is written by the apply in the destination, after the target changed (ADR-0009);
+this is the second phase of ADR-0004's two-phase commit. A File counts as applied once any
+target table holds a marker for its content hash.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from audit import AuditDB
+from runner.destinations import destination_for
+from runner.project import Project
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("runner.reconcile")
+
+
+@dataclass
+class ReconcileResult:
+    committed: int = 0
+    waiting: int = 0  # STAGED, no marker yet: `dbt build` has not applied them
+    targets: dict[str, list[str]] = field(default_factory=dict)  # file name -> target tables
+
+
+def applied_markers(project: Project, spark: SparkSession | None = None) -> dict[str, list[str]]:
+    """Content hash -> target tables holding its marker, read from the destination."""
+    out: dict[str, list[str]] = {}
+    for file_hash, target_table in destination_for(project).applied_markers(spark):
+        out.setdefault(file_hash, []).append(target_table)
+    return out
+
+
+def reconcile(
+    project: Project, db: AuditDB, process_id: str, spark: SparkSession | None = None
+) -> ReconcileResult:
+    result = ReconcileResult()
+    staged = db.files(states=["STAGED"])
+    if not staged:
+        return result
+    markers = applied_markers(project, spark)
+    for rec in staged:
+        targets = markers.get(rec.content_hash)
+        if not targets:
+            result.waiting += 1
+            continue
+        db.mark_committed(rec.id, process_id, detail=f"marker in {', '.join(sorted(targets))}")
+        result.committed += 1
+        result.targets[rec.path] = sorted(targets)
+    return result
+
+
+def table_rows(
+    project: Project, tables: list[str], spark: SparkSession | None = None
+) -> dict[str, int]:
+    """Row counts of destination tables named ``schema.table`` (for the run's summary)."""
+    import re
+
+    plain = [
+        t for t in tables if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*", t)
+    ]
+    return destination_for(project).table_rows(plain, spark)

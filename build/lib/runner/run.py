@@ -1,0 +1,98 @@
+"""`runner run`: reconcile, ingest, `dbt build`, reconcile, in one process and one SparkSession.
+
+dbt runs in-process (``dbtRunner``); on a Spark target dbt-spark's session method gets the
+runner's SparkSession back from ``getOrCreate()``, so the JVM starts once. The runner's
+process_id is passed to dbt as the ``cdc_process_id`` variable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from audit import AuditDB
+from runner.ingest import IngestResult, ingest
+from runner.progress import Progress
+from runner.project import Project
+from runner.reconcile import ReconcileResult, reconcile
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("runner.run")
+
+
+@dataclass
+class RunResult:
+    ingest: IngestResult
+    dbt_ok: bool
+    dbt_error: str | None
+    reconcile: ReconcileResult = field(default_factory=ReconcileResult)
+
+    @property
+    def ok(self) -> bool:
+        return self.dbt_ok and not (self.ingest.quarantined or self.ingest.failed)
+
+
+def dbt_build(
+    project: Project, process_id: str, args: list[str] | None = None
+) -> tuple[bool, str | None]:
+    """`dbt build` on the project's dbt project and target, in this process."""
+    from dbt.cli.main import dbtRunner
+
+    res = dbtRunner().invoke(
+        [
+            "build",
+            "--project-dir",
+            str(project.dbt_project_dir),
+            "--profiles-dir",
+            str(project.profiles_dir),
+            "--target",
+            project.target_name,
+            "--vars",
+            json.dumps({"cdc_process_id": process_id}),
+            *(args or []),
+        ]
+    )
+    if res.success:
+        return True, None
+    if res.exception is not None:
+        return False, f"{type(res.exception).__name__}: {res.exception}"
+    results: Any = res.result
+    failed = [
+        f"{r.node.name}: {r.status}"
+        for r in getattr(results, "results", None) or []
+        if str(getattr(r, "status", "")) in ("error", "fail")
+    ]
+    return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
+
+
+def run(
+    project: Project,
+    db: AuditDB,
+    process_id: str,
+    *,
+    spark: SparkSession,
+    landing: list[str] | None = None,
+    entity_names: list[str] | None = None,
+    min_age_seconds: float = 0.0,
+    settle_seconds: float = 0.0,
+    dbt_args: list[str] | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    ingested = ingest(
+        project,
+        db,
+        process_id,
+        spark=spark,
+        landing=landing,
+        entity_names=entity_names,
+        min_age_seconds=min_age_seconds,
+        settle_seconds=settle_seconds,
+        progress=progress,
+    )
+    ok, error = dbt_build(project, process_id, dbt_args)
+    after = reconcile(project, db, process_id, spark)
+    return RunResult(ingest=ingested, dbt_ok=ok, dbt_error=error, reconcile=after)

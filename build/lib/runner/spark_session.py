@@ -1,0 +1,134 @@
+"""The one place a SparkSession is built, for staging and for dbt run in-process.
+
+Which settings: the destination says (``runner/destinations``). For a Spark target they are the
+target's ``server_side_parameters`` in profiles.yml, read through dbt-spark's own credentials
+class, so the runner's session and a standalone ``dbt build`` get the same settings from the
+same source. For other targets Spark only stages Files, with ``DEFAULT_STAGING_CONF`` plus
+runner.yml's ``staging_spark_conf``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.errors import ConfigError
+from runner.project import Project
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+ICEBERG_WHEEL = "snowpark_connect_deps_iceberg"
+# Where `make setup` links the jar; profiles.example.yml points spark.jars here.
+LINKED_JAR_DIR = "jars"
+
+DEFAULT_STAGING_CONF: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.driver.memory": os.environ.get("CDC_SPARK_MEMORY", "4g"),
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.ansi.enabled": "false",
+}
+
+
+def installed_iceberg_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped in the installed wheel."""
+    spec = importlib.util.find_spec(ICEBERG_WHEEL)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"the Iceberg runtime wheel ({ICEBERG_WHEEL}) is not installed; run `make setup`, "
+            "or set spark.jars.packages in the profile where Maven is reachable"
+        )
+    jar = Path(next(iter(spec.submodule_search_locations))) / "jars" / ICEBERG_RUNTIME_JAR
+    if not jar.exists():
+        raise ConfigError(f"{jar} is missing from the installed {ICEBERG_WHEEL} wheel")
+    return jar
+
+
+def link_iceberg_jar(root: Path) -> Path:
+    """Make ``<root>/jars/<runtime jar>`` point at the installed wheel's jar."""
+    target = installed_iceberg_jar()
+    link = root / LINKED_JAR_DIR / ICEBERG_RUNTIME_JAR
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        if link.resolve() == target.resolve():
+            return link
+        link.unlink()
+    try:
+        link.symlink_to(target)
+    except OSError:
+        shutil.copyfile(target, link)
+    return link
+
+
+def spark_conf(project: Project) -> dict[str, str]:
+    """The Spark settings for this project's target, as strings."""
+    from runner.destinations import destination_for
+
+    return destination_for(project).spark_conf()
+
+
+def _ensure_runtime(conf: dict[str, str], project: Project) -> None:
+    """Check the Iceberg runtime is reachable; re-link the wheel's jar when that is the gap."""
+    if "iceberg" in conf.get("spark.jars.packages", ""):
+        return
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j]
+    for jar in jars:
+        path = Path(jar.removeprefix("file:"))
+        if path.name == ICEBERG_RUNTIME_JAR and not path.exists():
+            if path.parent.resolve() == (project.root / LINKED_JAR_DIR).resolve():
+                link_iceberg_jar(project.root)
+            else:
+                raise ConfigError(f"spark.jars names {path}, which does not exist")
+
+
+def check_java() -> str:
+    """Return the Java version line, or raise with what to install."""
+    java = shutil.which(
+        "java", path=os.environ.get("JAVA_HOME", "") + "/bin:" + os.environ.get("PATH", "")
+    )
+    if java is None:
+        raise ConfigError(
+            "Java 17 or newer is needed for Spark and was not found on PATH; on Debian/Ubuntu: "
+            "apt-get install -y openjdk-17-jre-headless"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    first = out.splitlines()[0] if out else ""
+    try:
+        version = first.split('"')[1]
+        major = int(version.split(".")[0]) if not version.startswith("1.") else 8
+    except (IndexError, ValueError):
+        return first
+    if major < 17:
+        raise ConfigError(f"Java 17 or newer is needed for Spark; found {first!r}")
+    return first
+
+
+def get_spark(project: Project, app_name: str = "cdc-runner") -> SparkSession:
+    """The SparkSession for the project's target (built, or the running one)."""
+    from runner.destinations import destination_for
+
+    return destination_for(project).spark_session(app_name)
+
+
+def build_session(
+    project: Project, conf: dict[str, str], app_name: str, *, hive_support: bool
+) -> SparkSession:
+    """Build (or return the running) SparkSession with ``conf``."""
+    from pyspark.sql import SparkSession
+
+    _ensure_runtime(conf, project)
+    builder = SparkSession.builder.appName(app_name)
+    if hive_support:
+        builder = builder.enableHiveSupport()
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

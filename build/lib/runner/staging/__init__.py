@@ -1,0 +1,1 @@
+"""Staging: read Files with Spark, validate against the declaration, write the staging relation."""

@@ -1,0 +1,179 @@
+"""Header checks done before Spark reads a File (cheap, and they name line 1 precisely)."""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import io
+import zlib
+from typing import BinaryIO
+
+from runner.entities import Entity
+from runner.fs import FilePath, RemoteFile
+
+CHUNK = 1 << 20
+
+
+def open_binary(path: FilePath) -> BinaryIO:
+    """The File's bytes, gunzipped when its name ends in .gz (local or through fsspec)."""
+    if isinstance(path, RemoteFile):
+        import fsspec
+
+        compression = "gzip" if path.suffix == ".gz" else None
+        return fsspec.open(path.uri, "rb", compression=compression).open()
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")  # noqa: SIM115
+
+
+def open_text(path: FilePath) -> io.TextIOBase:
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="")
+
+
+def scan_text(path: FilePath, entity: Entity) -> str | None:
+    """Read a text File to its end, once: None, or the reason it is bad input.
+
+    Spark replaces invalid UTF-8 with U+FFFD without a word and reads a truncated gzip File
+    up to where it breaks, so both are checked here on every byte (streamed: memory stays flat),
+    with the line, column and field of the first bad byte.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    offset = 0  # bytes of the (decompressed) text before this chunk
+    try:
+        with open_binary(path) as handle:
+            while chunk := handle.read(CHUNK):
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    pending = len(exc.object) - len(chunk)
+                    bad = offset - pending + exc.start
+                    return _bad_utf8(path, entity, bad, exc.reason)
+                offset += len(chunk)
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError as exc:
+                return _bad_utf8(path, entity, offset - len(exc.object) + exc.start, exc.reason)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        return f"{path.name}: not a complete gzip File ({exc})"
+    except OSError as exc:
+        return f"{path.name}: cannot be read: {exc}"
+    return None
+
+
+def _bad_utf8(path: FilePath, entity: Entity, position: int, reason: str) -> str:
+    """Where byte ``position`` is: its line, its column (in characters) and its CSV field."""
+    line, line_start, seen = 1, 0, 0
+    with open_binary(path) as handle:
+        while seen < position:
+            chunk = handle.read(min(CHUNK, position - seen))
+            if not chunk:
+                break
+            newlines = chunk.count(b"\n")
+            if newlines:
+                line += newlines
+                line_start = seen + chunk.rindex(b"\n") + 1
+            seen += len(chunk)
+    with open_binary(path) as handle:  # again, to the start of that line (gzip cannot seek back)
+        _skip(handle, line_start)
+        prefix = handle.read(position - line_start).decode("utf-8", errors="replace")
+    column = len(prefix) + 1
+    where = f"{path.name}: line {line}, column {column}"
+    if entity.format == "csv" and line > 1:
+        fields = next(csv.reader([prefix + "x"], delimiter=entity.csv_delimiter), [])
+        header = _header_names(path, entity)
+        if header and 0 < len(fields) <= len(header):
+            where += f" (field {header[len(fields) - 1]!r})"
+    return f"{where}: not valid UTF-8 ({reason} at byte {position})"
+
+
+def _skip(handle: BinaryIO, count: int) -> None:
+    while count > 0:
+        got = len(handle.read(min(CHUNK, count)))
+        if not got:
+            return
+        count -= got
+
+
+def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
+    if not entity.csv_header:
+        return [c.name for c in entity.columns]
+    try:
+        with open_text(path) as handle:
+            first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
+    except (UnicodeDecodeError, OSError, csv.Error, EOFError):
+        return None
+    return [h.strip().lstrip("\ufeff") for h in first] if first else None
+
+
+def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
+    """(header columns, None) or (None, reason naming line 1 and the column)."""
+    if entity.format == "json":
+        return [c.name for c in entity.columns], None  # JSON lines: each record names its fields
+    if entity.format == "parquet":
+        return _parquet_header(path, entity)
+    try:
+        with open_text(path) as handle:
+            first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
+    except UnicodeDecodeError:
+        return None, scan_text(path, entity) or f"{path.name}: line 1: not valid UTF-8"
+    except (OSError, csv.Error, EOFError, zlib.error) as exc:
+        return None, f"{path.name}: cannot be read as CSV: {exc}"
+    if first is None:
+        return None, f"{path.name}: line 1: empty File, expected a header row"
+    header = [h.strip().lstrip("\ufeff") for h in first]
+    declared = [c.name for c in entity.columns]
+    missing = [c for c in declared if c not in header]
+    if missing:
+        return (
+            None,
+            f"{path.name}: line 1, column {missing[0]!r}: declared column missing from the header"
+            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
+        )
+    extra = [h for h in header if h not in declared]
+    if extra:
+        return (
+            None,
+            f"{path.name}: line 1, column {extra[0]!r}: not declared for entity {entity.name!r}",
+        )
+    seen: set[str] = set()
+    for position, name in enumerate(header, start=1):
+        if name in seen:
+            return None, (
+                f"{path.name}: line 1, column {name!r}: appears twice in the header "
+                f"(again as field {position})"
+            )
+        seen.add(name)
+    return header, None
+
+
+def _parquet_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
+    """Column names from the Parquet footer (pyarrow reads only the footer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if isinstance(path, RemoteFile):
+            with path.open("rb") as handle:
+                names = list(pq.read_schema(handle).names)
+        else:
+            names = list(pq.read_schema(path).names)
+    except (OSError, pa.ArrowInvalid) as exc:
+        return None, f"{path.name}: not a readable Parquet File: {exc}"
+    return _check_names(path, entity, names, "the Parquet schema")
+
+
+def _check_names(
+    path: FilePath, entity: Entity, header: list[str], where: str
+) -> tuple[list[str] | None, str | None]:
+    declared = [c.name for c in entity.columns]
+    missing = [c for c in declared if c not in header]
+    if missing:
+        return None, (
+            f"{path.name}: column {missing[0]!r}: declared column missing from {where}"
+            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else "")
+        )
+    extra = [h for h in header if h not in declared]
+    if extra:
+        return None, f"{path.name}: column {extra[0]!r}: not declared for entity {entity.name!r}"
+    return header, None
