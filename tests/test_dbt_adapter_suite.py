@@ -15,60 +15,60 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import dbt.tests.util as dbt_util
 import pytest
 import yaml
 from conftest import PG_URL, REPO
-
-# dbt's test fixtures (project, adapter, unique_schema, ...), by import: pytest finds fixtures
-# in a test module's namespace.
-import dbt.tests.util as dbt_util  # noqa: E402
-from dbt.tests.adapter.basic.test_incremental import (  # noqa: E402
+from dbt.tests.adapter.basic.test_incremental import (
     BaseIncremental,
     BaseIncrementalBadStrategy,
     BaseIncrementalNotSchemaChange,
 )
-from dbt.tests.adapter.basic.test_snapshot_check_cols import BaseSnapshotCheckCols  # noqa: E402
-from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestamp  # noqa: E402
-from dbt.tests.adapter.incremental.test_incremental_merge_exclude_columns import (  # noqa: E402
+from dbt.tests.adapter.basic.test_snapshot_check_cols import BaseSnapshotCheckCols
+from dbt.tests.adapter.basic.test_snapshot_timestamp import BaseSnapshotTimestamp
+from dbt.tests.adapter.incremental.test_incremental_merge_exclude_columns import (
     BaseMergeExcludeColumns,
 )
-from dbt.tests.adapter.incremental.test_incremental_microbatch import BaseMicrobatch  # noqa: E402
-from dbt.tests.adapter.incremental.test_incremental_on_schema_change import (  # noqa: E402
+from dbt.tests.adapter.incremental.test_incremental_microbatch import BaseMicrobatch
+from dbt.tests.adapter.incremental.test_incremental_on_schema_change import (
     BaseIncrementalOnSchemaChange,
 )
-from dbt.tests.adapter.incremental.test_incremental_predicates import (  # noqa: E402
+from dbt.tests.adapter.incremental.test_incremental_predicates import (
     BaseIncrementalPredicates,
 )
-from dbt.tests.adapter.incremental.test_incremental_unique_id import (  # noqa: E402
+from dbt.tests.adapter.incremental.test_incremental_unique_id import (
     BaseIncrementalUniqueKey,
 )
-from dbt.tests.adapter.simple_snapshot.new_record_check_mode import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.new_record_check_mode import (
     BaseSnapshotNewRecordCheckMode,
 )
-from dbt.tests.adapter.simple_snapshot.new_record_dbt_valid_to_current import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.new_record_dbt_valid_to_current import (
     BaseSnapshotNewRecordDbtValidToCurrent,
 )
-from dbt.tests.adapter.simple_snapshot.new_record_timestamp_mode import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.new_record_timestamp_mode import (
     BaseSnapshotNewRecordTimestampMode,
 )
-from dbt.tests.adapter.simple_snapshot.test_ephemeral_snapshot_hard_deletes import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.test_ephemeral_snapshot_hard_deletes import (
     BaseSnapshotEphemeralHardDeletes,
     BaseSnapshotNewColumnSpecificCheckCols,
     BaseSnapshotNewColumnTimestampStrategy,
     BaseSnapshotNewColumnWithDeletes,
 )
-from dbt.tests.adapter.simple_snapshot.test_snapshot import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.test_snapshot import (
     BaseSimpleSnapshot,
     BaseSnapshotCheck,
 )
-from dbt.tests.adapter.simple_snapshot.test_various_configs import (  # noqa: E402
+from dbt.tests.adapter.simple_snapshot.test_various_configs import (
     BaseSnapshotColumnNames,
     BaseSnapshotColumnNamesFromDbtProject,
     BaseSnapshotDbtValidToCurrent,
     BaseSnapshotInvalidColumnNames,
     BaseSnapshotMultiUniqueKey,
 )
-from dbt.tests.fixtures.project import *  # noqa: E402, F403
+
+# dbt's test fixtures (project, adapter, unique_schema, ...), by import: pytest finds fixtures
+# in a test module's namespace.
+from dbt.tests.fixtures.project import *  # noqa: F403
 
 pytestmark = [pytest.mark.postgres, pytest.mark.dbt]
 
