@@ -11,9 +11,6 @@ wrapped so that the process kills itself there, the way an OOM killer or a lost 
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
   reconcile              after the first File is marked COMMITTED
-  fail-before-markers    BigQuery: the apply script fails right after its MERGEs, before the
-                         markers INSERT (an error raised inside the script, so BigQuery rolls
-                         the script's transaction back, as it would for a lost session)
 """
 
 from __future__ import annotations
@@ -84,22 +81,6 @@ def arm(phase: str) -> None:
             return result
 
         PostgresConnectionManager.add_query = pg_add_query  # type: ignore[method-assign]
-    elif phase == "fail-before-markers":
-        from dbt.adapters.bigquery.connections import BigQueryConnectionManager
-
-        raw_execute = BigQueryConnectionManager.raw_execute
-
-        def bq_raw_execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
-            if is_marker_insert(sql):
-                at = sql.lower().index("insert into")
-                while "cdc_applied_files" not in sql[at : sql.index("(", at)]:
-                    at = sql.lower().index("insert into", at + 1)
-                sql = (
-                    sql[:at] + "select error('injected: failing before the markers');\n" + sql[at:]
-                )
-            return raw_execute(self, sql, *args, **kwargs)
-
-        BigQueryConnectionManager.raw_execute = bq_raw_execute  # type: ignore[method-assign]
     elif phase == "reconcile":
         from audit import AuditDB
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import Cli
 from test_apply import LATE, ROUND_1, ROUND_2, ROUND_3, change, oracle, seq, write
 from test_contract import shown_customers
@@ -27,7 +28,33 @@ from test_contract import shown_customers
 from runner.contract import lineage_columns
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.bigquery]
-KILL_AT = Path(__file__).parent / "kill_at.py"
+
+
+@contextmanager
+def failing_markers_step(dbt_project: Path) -> Iterator[None]:
+    """The project overrides the apply's insert_markers step with one that fails first, the way
+    a project overrides any step: a macro of its own and a dispatch entry for `cdc`."""
+    conf_file = dbt_project / "dbt_project.yml"
+    saved = conf_file.read_text()
+    conf = yaml.safe_load(saved)
+    name = conf["name"]
+    conf["dispatch"] = [
+        *conf.get("dispatch", []),
+        {"macro_namespace": "cdc", "search_order": [name, "cdc"]},
+    ]
+    macro = dbt_project / "macros" / "failing_markers.sql"
+    macro.write_text(
+        "{% macro bigquery__apply_insert_markers_sql(ctx) %}\n"
+        "  {{ return(\"select error('injected: failing before the markers');\\n\"\n"
+        "            ~ cdc.default__apply_insert_markers_sql(ctx)) }}\n"
+        "{% endmacro %}\n"
+    )
+    conf_file.write_text(yaml.safe_dump(conf, sort_keys=False))
+    try:
+        yield
+    finally:
+        conf_file.write_text(saved)
+        macro.unlink()
 
 
 def read(cli: Cli, table: str) -> list[dict]:
@@ -108,21 +135,12 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
     build()
     assert sorted(read(cli, "customers"), key=str) == sorted(before, key=str)
 
-    # The apply script fails between its MERGE and the markers: BigQuery rolls it back.
+    # The apply script fails between its MERGEs and the markers: BigQuery rolls it back. The
+    # fault is the project overriding one step of the apply (nothing of it ships in macros/).
     good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
     ingest()
-    failed = cli(
-        sys.executable,
-        str(KILL_AT),
-        "fail-before-markers",
-        "dbt",
-        "build",
-        "--project-dir",
-        "dbt_project",
-        "--target",
-        "bigquery",
-        ok=(1,),
-    )
+    with failing_markers_step(cli.root / "dbt_project"):
+        failed = cli.dbt("build", ok=(1,))
     assert "injected: failing before the markers" in failed.stdout
     assert "20260301-082000000.csv" not in {m["file_name"] for m in markers(cli)}
     assert current(cli) == oracle(good[:-1])  # unchanged: nothing of the failed script

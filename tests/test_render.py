@@ -7,6 +7,7 @@ show which implementation dbt dispatches to on each adapter, and that without th
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -325,6 +326,7 @@ def test_dbt_dispatches_to_the_package_on_every_adapter(
 
 
 SNAPSHOT_SQL = """
+{{ config(meta={'cdc': {'process_ids': true}}) }}
 {%- set strategy = {
     'unique_key': ['id', 'k2'], 'updated_at': 'updated_at', 'hard_deletes': 'invalidate',
     'scd_id': "md5(cast(id as " ~ dbt.type_string() ~ "))",
@@ -388,3 +390,114 @@ def test_every_literal_the_package_renders_is_escaped_for_its_dialect(
                 assert cur.fetchone()[0] == NASTY
         finally:
             conn.close()
+
+
+# --- The apply's steps, one at a time ------------------------------------------------------
+
+STEPS = ["lock", "batch_files", "classify", "merge_target", "merge_tombstones", "insert_markers"]
+STEP_TARGETS = {  # target: (sqlglot dialect, the adapter's identifier quote)
+    "postgres": ("postgres", '"'),
+    "bigquery": ("bigquery", "`"),
+    "databricks": ("databricks", "`"),
+}
+
+
+def _steps_inline() -> str:
+    cols = ", ".join(f"('{n}', '{t}')" for n, t in _columns(1))
+    return (
+        "{%- set cols = [] -%}"
+        f"{{%- for n, t in [{cols}] -%}}{{%- do cols.append(api.Column.create(n, t)) -%}}"
+        "{%- endfor -%}"
+        "{%- set tgt = api.Relation.create(database=target.database, schema=target.schema, "
+        "identifier='customers') -%}"
+        "{%- set src = api.Relation.create(identifier='customers__dbt_tmp') -%}"
+        "{%- set ctx = cdc._apply_context(tgt, src, cols, ['Customer_ID'], 'customers', "
+        "'cdc.customers') -%}"
+        + "".join(
+            f"\n-- step: {step}\n{{{{ cdc.apply_{step}_sql(ctx) }}}}\n-- end" for step in STEPS
+        )
+    )
+
+
+def _steps(sql: str) -> dict[str, str]:
+    out = {}
+    for part in sql.split("-- step: ")[1:]:
+        name, _, body = part.partition("\n")
+        out[name.strip()] = body.rsplit("-- end", 1)[0].strip()
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered_steps(render_project: Path) -> dict[str, dict[str, str]]:
+    return {t: _steps(_render(render_project, t, _steps_inline())) for t in STEP_TARGETS}
+
+
+@pytest.mark.parametrize("target", list(STEP_TARGETS))
+@pytest.mark.parametrize("step", STEPS)
+def test_each_apply_step_renders_alone_with_every_identifier_quoted(
+    rendered_steps: dict[str, dict[str, str]], target: str, step: str
+) -> None:
+    """Each step, rendered by dbt with the real adapter macros and no connection: one statement
+    that parses in the adapter's dialect, with every column name quoted (the key too, spelled
+    as the table has it, whatever case unique_key used)."""
+    dialect, quote = STEP_TARGETS[target]
+    sql = rendered_steps[target][step]
+    if step == "lock":  # only PostgreSQL serialises applies with a lock
+        assert bool(sql) == (target == "postgres"), sql
+        if not sql:
+            return
+    parsed = sql
+    if target == "postgres" and step in ("batch_files", "classify"):
+        # sqlglot cannot read `on commit drop`: parse the select that fills the temp table.
+        head, _, parsed = sql.partition(" on commit drop as ")
+        assert head.startswith("create temporary table "), sql
+        parsed = f"create table t as {parsed}"
+    statements = _statements(parsed, dialect)
+    assert len(statements) == 1, sql
+    names = {n for n, _ in _columns(1)}
+    for spec in state_tables().values():
+        names |= set(spec["columns"])
+    for name in names:
+        bare = re.findall(rf"(?<![\w`\"]){re.escape(name)}(?![\w`\"])", sql)
+        assert not bare, (name, sql)
+    kind = type(statements[0]).__name__
+    expected = {
+        "lock": "Select",
+        "batch_files": "Create",
+        "classify": "Create",
+        "merge_target": "Merge",
+        "merge_tombstones": "Merge",
+        "insert_markers": "Insert",
+    }[step]
+    assert kind == expected, (kind, sql)
+    if step in ("merge_target", "classify"):
+        assert f"{quote}customer_id{quote}" in sql and "Customer_ID" not in sql
+
+
+def test_a_project_overrides_one_step_and_the_others_stay(
+    render_project: Path, tmp_path: Path, rendered_steps: dict[str, dict[str, str]]
+) -> None:
+    """A project replaces one step (here the tombstones MERGE, on PostgreSQL) with a macro of its
+    own and a dispatch entry for `cdc`; the apply then runs its step and the package's others."""
+    root = tmp_path / "override"
+    shutil.copytree(render_project, root, ignore=shutil.ignore_patterns("target", "logs"))
+    conf_file = root / "dbt_project" / "dbt_project.yml"
+    conf = yaml.safe_load(conf_file.read_text())
+    conf["dispatch"].append({"macro_namespace": "cdc", "search_order": [conf["name"], "cdc"]})
+    conf_file.write_text(yaml.safe_dump(conf))
+    (root / "dbt_project" / "macros" / "my_tombstones.sql").write_text(
+        "{% macro postgres__apply_merge_tombstones_sql(ctx) %}"
+        "{{ return('select 1 as my_own_tombstones') }}{% endmacro %}"
+    )
+    steps = _steps(_render(root, "postgres", _steps_inline()))
+    assert steps["merge_tombstones"] == "select 1 as my_own_tombstones"
+    base = rendered_steps["postgres"]
+    for step in STEPS:
+        if step != "merge_tombstones":
+            assert _normalise(steps[step]) == _normalise(base[step]), step
+
+
+def _normalise(sql: str) -> str:
+    """A step's SQL without the invocation id and times, which differ between two renders."""
+    sql = re.sub(r"'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'", "'<id>'", sql)
+    return " ".join(sql.split())
