@@ -501,3 +501,61 @@ def _normalise(sql: str) -> str:
     """A step's SQL without the invocation id and times, which differ between two renders."""
     sql = re.sub(r"'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'", "'<id>'", sql)
     return " ".join(sql.split())
+
+
+# --- Apply models are declared, and a declaration that cannot work is a compiler error ------
+
+SELECT = (
+    "select customer_id, {{ cdc.lineage_select() }} from {{ cdc.unapplied(ref('stg_customers')) }}"
+)
+BAD_APPLY_MODELS = {
+    "not declared": ("{{ config(materialized='incremental') }}", "is not an apply model"),
+    "not incremental": (
+        "{{ config(materialized='table', meta={'cdc': {'apply': true}}) }}",
+        "must be materialized incremental",
+    ),
+    "no merge": (
+        "{{ config(materialized='incremental', unique_key='customer_id', "
+        "meta={'cdc': {'apply': true}}) }}",
+        "needs incremental_strategy: merge",
+    ),
+    "no key": (
+        "{{ config(materialized='incremental', incremental_strategy='merge', "
+        "meta={'cdc': {'apply': true}}) }}",
+        "needs unique_key",
+    ),
+    "not a flag": (
+        "{{ config(materialized='incremental', incremental_strategy='merge', "
+        "unique_key='customer_id', meta={'cdc': {'apply': 'yes'}}) }}",
+        "meta.cdc.apply must be true or false",
+    ),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("case", list(BAD_APPLY_MODELS))
+def test_an_apply_model_that_lacks_what_it_needs_is_a_compiler_error(
+    render_project: Path, tmp_path: Path, case: str
+) -> None:
+    from dbt.cli.main import dbtRunner
+
+    root = tmp_path / "bad"
+    shutil.copytree(render_project, root, ignore=shutil.ignore_patterns("target", "logs"))
+    config, message = BAD_APPLY_MODELS[case]
+    (root / "dbt_project" / "models" / "bad_apply.sql").write_text(f"{config}\n{SELECT}\n")
+    res = dbtRunner().invoke(
+        [
+            "compile",
+            "--project-dir",
+            str(root / "dbt_project"),
+            "--profiles-dir",
+            str(root),
+            "--target",
+            "postgres",
+            "--select",
+            "bad_apply",
+        ]
+    )
+    assert not res.success
+    errors = [r.message for r in (res.result.results if res.result else [])] + [str(res.exception)]
+    assert any(message in str(e) and "bad_apply" in str(e) for e in errors), errors

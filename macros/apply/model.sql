@@ -46,11 +46,17 @@
     included, gets dbt's own macros. -#}
 {% macro is_apply_model() %}
   {%- if model.resource_type != 'model' -%}{{ return(false) }}{%- endif -%}
+  {%- set declared = cdc._declared_apply() -%}
+  {%- if declared -%}{%- do cdc._check_apply_model('the apply') -%}{%- endif -%}
+  {{ return(declared) }}
+{% endmacro %}
+
+{#- meta.cdc.apply of this model, which must be a boolean when it is there. -#}
+{% macro _declared_apply() %}
   {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('apply', false) -%}
   {%- if declared is not sameas true and declared is not sameas false -%}
     {{ exceptions.raise_compiler_error("model " ~ model.name ~ ": meta.cdc.apply must be true or false, got " ~ declared) }}
   {%- endif -%}
-  {%- if declared -%}{%- do cdc._check_apply_model('the apply') -%}{%- endif -%}
   {{ return(declared) }}
 {% endmacro %}
 
@@ -58,7 +64,7 @@
     a merge dbt would otherwise run as a plain upsert (or append) of staged rows. -#}
 {% macro _check_apply_model(where) %}
   {%- set name = model.name -%}
-  {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('apply', false) -%}
+  {%- set declared = cdc._declared_apply() -%}
   {%- set how = "declare it with config: {meta: {cdc: {apply: true}}, materialized: incremental, "
       ~ "incremental_strategy: merge, unique_key: <the entity's key>} and select from "
       ~ "cdc.unapplied(ref('stg_<entity>'))" -%}
