@@ -1,0 +1,54 @@
+"""The state tables live in one declared schema for the runner and dbt alike
+(`vars: {cdc_state_schema: ...}`), whatever the entities' staging schema: the runner writes the
+manifest there, the apply creates and writes the markers and tombstones there, and reconcile
+reads the markers from there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from conftest import REPO, drop_pg_schema
+
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
+
+
+def test_state_tables_live_in_the_declared_schema(cli_project, request) -> None:  # noqa: ANN001
+    cli = cli_project("postgres")
+    state = cli.schema + "_state"
+    request.addfinalizer(lambda: drop_pg_schema(request, state))
+    shutil.copytree(REPO / "landing", cli.root / "landing")
+    conf_file = cli.root / "dbt_project" / "dbt_project.yml"
+    conf = yaml.safe_load(conf_file.read_text())
+    conf["vars"] = {"cdc_state_schema": state}
+    conf_file.write_text(yaml.safe_dump(conf, sort_keys=False))
+
+    cli.runner("run", "--landing", "landing")
+
+    engine = sa.create_engine(request.getfixturevalue("pg_url"))
+    try:
+        with engine.connect() as conn:
+            tables = conn.execute(
+                sa.text(
+                    "select table_schema, table_name from information_schema.tables "
+                    "where table_schema in (:a, :b) and table_name like 'cdc\\_%'"
+                ),
+                {"a": cli.schema, "b": state},
+            ).all()
+            staged = conn.execute(sa.text(f'select count(*) from "{state}".cdc_staged_files'))
+            marked = conn.execute(sa.text(f'select count(*) from "{state}".cdc_applied_files'))
+            counts = (staged.scalar(), marked.scalar())
+    finally:
+        engine.dispose()
+    assert sorted(tables) == [
+        (state, "cdc_applied_files"),
+        (state, "cdc_staged_files"),
+        (state, "cdc_tombstones"),
+    ]
+    landed = len(list((cli.root / "landing" / "customers").iterdir()))
+    assert counts == (landed, landed)
+    files = json.loads(cli.runner("status", "--json").stdout)
+    assert sorted(f["state"] for f in files) == ["COMMITTED"] * landed, files
