@@ -150,7 +150,7 @@ def test_content_hash_is_sha256_of_the_bytes_in_any_chunk_size(tmp_path: Path) -
     assert content_hash(empty) == hashlib.sha256(b"").hexdigest()
 
 
-def test_lineage_names_come_from_the_one_macro() -> None:
+def test_lineage_names_come_from_the_one_contract() -> None:
     names = lineage_columns()
     assert list(names)[:9] == [
         "operation",
@@ -173,7 +173,7 @@ def test_lineage_names_come_from_the_one_macro() -> None:
             if (
                 path.is_file()
                 and path.suffix in (".py", ".sql", ".yml")
-                and path.name != "lineage_columns.sql"
+                and path.name != "contract.sql"
             ):
                 text = path.read_text(encoding="utf-8")
                 offenders += [f"{path}: {n}" for n in names.values() if n in text]
