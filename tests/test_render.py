@@ -110,10 +110,11 @@ def render_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _render(root: Path, target: str, inline: str, *extra: str) -> str:
+def _compile(root: Path, target: str, *args: str):  # noqa: ANN202
+    """`dbt compile` of the project copy at root, for target, with no connection."""
     from dbt.cli.main import dbtRunner
 
-    res = dbtRunner().invoke(
+    return dbtRunner().invoke(
         [
             "compile",
             "--project-dir",
@@ -123,11 +124,13 @@ def _render(root: Path, target: str, inline: str, *extra: str) -> str:
             "--target",
             target,
             "--no-populate-cache",
-            "--inline",
-            inline,
-            *extra,
+            *args,
         ]
     )
+
+
+def _render(root: Path, target: str, inline: str, *extra: str) -> str:
+    res = _compile(root, target, "--inline", inline, *extra)
     assert res.success, res.exception
     return res.result.results[0].node.compiled_code
 
@@ -537,25 +540,11 @@ BAD_APPLY_MODELS = {
 def test_an_apply_model_that_lacks_what_it_needs_is_a_compiler_error(
     render_project: Path, tmp_path: Path, case: str
 ) -> None:
-    from dbt.cli.main import dbtRunner
-
     root = tmp_path / "bad"
     shutil.copytree(render_project, root, ignore=shutil.ignore_patterns("target", "logs"))
     config, message = BAD_APPLY_MODELS[case]
     (root / "dbt_project" / "models" / "bad_apply.sql").write_text(f"{config}\n{SELECT}\n")
-    res = dbtRunner().invoke(
-        [
-            "compile",
-            "--project-dir",
-            str(root / "dbt_project"),
-            "--profiles-dir",
-            str(root),
-            "--target",
-            "postgres",
-            "--select",
-            "bad_apply",
-        ]
-    )
+    res = _compile(root, "postgres", "--select", "bad_apply")
     assert not res.success
     errors = [r.message for r in (res.result.results if res.result else [])] + [str(res.exception)]
     assert any(message in str(e) and "bad_apply" in str(e) for e in errors), errors
