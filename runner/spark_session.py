@@ -10,6 +10,7 @@ runner.yml's ``staging_spark_conf``.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -124,11 +125,32 @@ def build_session(
     from pyspark.sql import SparkSession
 
     _ensure_runtime(conf, project)
+    conf = quiet(conf)
     builder = SparkSession.builder.appName(app_name)
     if hive_support:
         builder = builder.enableHiveSupport()
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("WARN" if _debug() else "ERROR")
     return session
+
+
+LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
+
+
+def _debug() -> bool:
+    return logging.getLogger("runner").isEnabledFor(logging.DEBUG)
+
+
+def quiet(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` plus what keeps Spark's WARN lines and stage bars out of a user's terminal
+    (errors still print), unless the settings already say otherwise or ``--debug`` is on."""
+    out = dict(conf)
+    out.setdefault("spark.ui.showConsoleProgress", "false")
+    opts = out.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in opts and not _debug():
+        out["spark.driver.extraJavaOptions"] = (
+            f"{opts} -Dlog4j2.configurationFile={LOG4J2.as_uri()}".strip()
+        )
+    return out
