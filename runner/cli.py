@@ -319,10 +319,13 @@ def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
     """Record a run in the Audit DB, keep it alive with a heartbeat while it works, and end it
     with the outcome the command set, whatever happens. Runs that died before are closed first
     and their Files given back (a crash is recovered by running the command again)."""
+    from runner.destinations import destination_for
     from runner.heartbeat import Heartbeat
     from runner.ids import new_process_id
 
     project = obj.project()
+    if command in ("ingest", "run", "reconcile"):
+        destination_for(project).preflight()  # fail fast when the destination cannot answer
     db = obj.audit_db(project)
     run = RecordedRun(project, db, new_process_id())
     db.start_run(run.process_id, command, project.target_name)

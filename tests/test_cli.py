@@ -192,3 +192,28 @@ def test_retry_puts_failed_and_quarantined_files_back_with_an_event(tmp_path: Pa
     assert (last["from_state"], last["to_state"]) == ("QUARANTINED", "PENDING")
     assert "runner retry" in last["detail"]
     db.dispose()
+
+
+def test_bigquery_target_with_no_emulator_running_says_how_to_start_it(tmp_path: Path) -> None:
+    """Google's client would retry a refused connection for ten minutes: a local endpoint that
+    does not answer is one readable line, at once, naming `make bq-up`."""
+    import os
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = make_project(tmp_path / "repo")
+    env = dict(os.environ, CDC_BQ_ENDPOINT=f"http://127.0.0.1:{port}", CDC_HOME=str(root))
+    for command in ("ingest", "reconcile"):
+        out = subprocess.run(
+            [RUNNER, command, "--target", "bigquery"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 2, out.stderr
+        assert "does not answer" in out.stderr and "make bq-up" in out.stderr, out.stderr
+        assert out.stderr.strip().count("\n") == 0, out.stderr

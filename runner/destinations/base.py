@@ -106,6 +106,10 @@ class Destination:
         """Where the state tables live, for the runner and dbt alike (``Project.state_schema``)."""
         return self.project.state_schema
 
+    def preflight(self) -> None:
+        """Raise ConfigError, at once and in one line, when the destination plainly cannot be
+        reached (before any File is claimed). Nothing to check by default."""
+
     # --- Spark, which stages every destination's Files -----------------------------------
     def spark_conf(self) -> dict[str, str]:
         """Spark settings for staging: defaults, then runner.yml's ``staging_spark_conf``, then

@@ -68,6 +68,28 @@ def bq_type(spark_type: str) -> tuple[str, int | None, int | None]:
     raise ConfigError(f"data_type {spark_type!r} has no BigQuery equivalent here")
 
 
+def check_local_endpoint(target: dict[str, Any]) -> None:
+    """A profile whose ``api_endpoint`` is on this machine (the local emulator) must answer:
+    Google's client retries a refused connection for ten minutes, which looks like a hang."""
+    import socket
+    from urllib.parse import urlsplit
+
+    endpoint = str(target.get("api_endpoint") or "")
+    if not endpoint:
+        return
+    parts = urlsplit(endpoint)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=3).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"the BigQuery API at {endpoint} does not answer ({exc.strerror or exc}); "
+            "start the local emulator with `make bq-up`, or point CDC_BQ_ENDPOINT at it"
+        ) from exc
+
+
 def bq_client(target: dict[str, Any]) -> Any:
     """A google-cloud-bigquery client from the dbt profile target, built by dbt-bigquery."""
     from dbt.adapters.bigquery.clients import create_bigquery_client
@@ -103,6 +125,9 @@ class BigQueryDestination(Destination):
     def client(self) -> Any:
         """One client per destination (dbt-bigquery builds it from the profile)."""
         return bq_client(self.project.target)
+
+    def preflight(self) -> None:
+        check_local_endpoint(self.project.target)
 
     def writer(self) -> StagingWriter:
         return BigQueryWriter(self)
