@@ -407,6 +407,7 @@ def reconcile(obj: Context) -> None:
 @main.command()
 @global_options
 @ingest_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: counts and phase times.")
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def run(
@@ -415,6 +416,7 @@ def run(
     entities: tuple[str, ...],
     settle: float,
     min_age: float,
+    as_json: bool,
     dbt_args: tuple[str, ...],
 ) -> None:
     """Reconcile, ingest, `dbt build` and reconcile, in one process.
@@ -422,37 +424,77 @@ def run(
     Extra arguments after `--` go to `dbt build` (for example `-- --select customers`).
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
-    from runner.progress import for_terminal
+    import time
+
+    from runner.phases import Phases
+    from runner.progress import Progress, for_terminal
     from runner.reconcile import applied_markers, table_rows
     from runner.run import run as run_all
     from runner.spark_session import get_spark
 
-    with recorded_run(obj, "run") as rec, closing(for_terminal()) as progress:
-        spark = get_spark(rec.project)
+    bars = Progress() if as_json else for_terminal()
+    with recorded_run(obj, "run") as rec, closing(bars) as progress:
+        started = time.perf_counter()
+        phases = Phases()
+        with phases.time("spark_start"):
+            spark = get_spark(rec.project)
         result = run_all(
             rec.project,
             rec.db,
             rec.process_id,
             spark=spark,
-            dbt_args=list(dbt_args),
+            # JSON on stdout: dbt's own lines would break it (its errors still reach stderr)
+            dbt_args=[*dbt_args, "--quiet"] if as_json else list(dbt_args),
             progress=progress,
             **_ingest_args(landing, entities, settle, min_age),
         )
         progress.close()
-        _report_ingest(rec.process_id, result.ingest)
-        if not result.dbt_ok:
-            click.echo(f"error: {result.dbt_error}", err=True)
-        click.echo(
-            f"process {rec.process_id}: {result.reconcile.committed} Files committed, "
-            f"{result.reconcile.waiting} staged and not applied"
-        )
-        markers = applied_markers(rec.project, spark)
-        targets = sorted({t for ts in markers.values() for t in ts})
-        for table, rows in table_rows(rec.project, targets, spark).items():
-            click.echo(f"{table}: {rows} rows")
-        counts = rec.db.counts()
-        click.echo("Audit DB: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        for name, seconds in result.ingest.phases.seconds.items():
+            phases.add(name, seconds)
+        with phases.time("summary"):
+            markers = applied_markers(rec.project, spark)
+            targets = sorted({t for ts in markers.values() for t in ts})
+            rows = table_rows(rec.project, targets, spark)
+            counts = rec.db.counts()
         rec.outcome = "ok" if result.ok else "failed"
+        if as_json:
+            ing = result.ingest
+            click.echo(
+                json.dumps(
+                    {
+                        "process_id": rec.process_id,
+                        "ok": result.ok,
+                        "ingest": {
+                            "registered": ing.registered,
+                            "duplicates": ing.duplicates,
+                            "staged": ing.staged,
+                            "rows": ing.rows,
+                            "quarantined": ing.quarantined,
+                            "failed": ing.failed,
+                        },
+                        "dbt_ok": result.dbt_ok,
+                        "dbt_error": result.dbt_error,
+                        "committed": result.reconcile.committed,
+                        "waiting": result.reconcile.waiting,
+                        "tables": rows,
+                        "audit": counts,
+                        "phases": phases.as_json(),
+                        "seconds": round(time.perf_counter() - started, 3),
+                    }
+                )
+            )
+        else:
+            _report_ingest(rec.process_id, result.ingest)
+            if not result.dbt_ok:
+                click.echo(f"error: {result.dbt_error}", err=True)
+            click.echo(
+                f"process {rec.process_id}: {result.reconcile.committed} Files committed, "
+                f"{result.reconcile.waiting} staged and not applied"
+            )
+            for table, n in rows.items():
+                click.echo(f"{table}: {n} rows")
+            click.echo("Audit DB: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+            click.echo("time: " + phases.line())
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
 

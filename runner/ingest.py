@@ -14,6 +14,7 @@ from runner.entities import Entity, load_entities
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
 from runner.fs import FilePath, RemoteFile, as_file, is_uri
 from runner.hashing import content_hash
+from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
 
@@ -37,6 +38,7 @@ class IngestResult:
     rows: int = 0
     committed: int = 0  # STAGED Files found applied by the reconcile that ingest starts with
     notes: list[str] = field(default_factory=list)
+    phases: Phases = field(default_factory=Phases)
 
 
 def landing_roots(project: Project, landing: list[str] | None) -> list[FilePath]:
@@ -75,19 +77,22 @@ def ingest(
     roots = landing_roots(project, landing)
     result = IngestResult()
     progress = progress or Progress()
+    phases = result.phases
     from runner.reconcile import reconcile
 
-    result.committed = reconcile(project, db, process_id, spark).committed
+    with phases.time("reconcile"):
+        result.committed = reconcile(project, db, process_id, spark).committed
     recovery = db.recover(process_id)
     for pid in recovery.aborted_runs:
         result.notes.append(f"run {pid} had stopped without ending; closed as aborted")
     for rec in recovery.reclaimed:
         result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
     found: dict[str, list[LandedFile]] = {}
-    for entity in chosen:
-        files, notes = discover(entity, roots, min_age_seconds=min_age_seconds)
-        result.notes.extend(notes)
-        found[entity.name] = files
+    with phases.time("discover"):
+        for entity in chosen:
+            files, notes = discover(entity, roots, min_age_seconds=min_age_seconds)
+            result.notes.extend(notes)
+            found[entity.name] = files
     if settle_seconds > 0:  # one pause for all entities, then a second listing
         every = [f for files in found.values() for f in files]
         stable, notes = settle(every, settle_seconds)
@@ -97,40 +102,67 @@ def ingest(
     for entity in chosen:
         files = found[entity.name]
         progress.start("hash", entity.name, len(files))
-        for landed in files:
-            path = str(landed.path)
-            known = db.find_sighting(
-                entity=entity.name, path=path, size=landed.size, mtime=landed.mtime
-            )
-            if known is not None:
-                progress.advance("hash", entity.name, bytes=0)
-                continue  # same path, size and mtime: already hashed and registered
-            reg = db.register_file(
-                entity=entity.name,
-                path=path,
-                size=landed.size,
-                mtime=landed.mtime,
-                content_hash=content_hash(landed.path),
-                process_id=process_id,
-            )
-            if reg.created:
-                result.registered += 1
-                result.duplicates += reg.file.state == "DUPLICATE"
-            progress.advance("hash", entity.name, bytes=landed.size)
-        stager = _Stager(spark, db, entity, process_id, destination, result, progress)
-        # Files that were in flight when a run died are staged alone first: if one of them
-        # kills the process again, that lapse is pinned on it (and it ends FAILED).
-        suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
-        for file_id in suspects:
-            try:
-                stager.stage([db.claim(file_id, process_id)])
-            except IllegalTransition:
-                continue  # another run took it
-        claimed = db.claim_pending(process_id, entity=entity.name)
-        if claimed:
-            log.info("staging %d Files of %s", len(claimed), entity.name)
-            stager.stage(claimed)
+        with phases.time("hash"):
+            _register(db, entity, files, process_id, result, progress)
+        with phases.time("stage"):
+            _stage_pending(spark, db, entity, process_id, destination, result, progress)
     return result
+
+
+def _register(
+    db: AuditDB,
+    entity: Entity,
+    files: list[LandedFile],
+    process_id: str,
+    result: IngestResult,
+    progress: Progress,
+) -> None:
+    """Hash and register the Files not seen before (same path, size and mtime)."""
+    for landed in files:
+        path = str(landed.path)
+        known = db.find_sighting(
+            entity=entity.name, path=path, size=landed.size, mtime=landed.mtime
+        )
+        if known is not None:
+            progress.advance("hash", entity.name, bytes=0)
+            continue  # same path, size and mtime: already hashed and registered
+        reg = db.register_file(
+            entity=entity.name,
+            path=path,
+            size=landed.size,
+            mtime=landed.mtime,
+            content_hash=content_hash(landed.path),
+            process_id=process_id,
+        )
+        if reg.created:
+            result.registered += 1
+            result.duplicates += reg.file.state == "DUPLICATE"
+        progress.advance("hash", entity.name, bytes=landed.size)
+
+
+def _stage_pending(
+    spark: SparkSession,
+    db: AuditDB,
+    entity: Entity,
+    process_id: str,
+    destination: Destination,
+    result: IngestResult,
+    progress: Progress,
+) -> None:
+    """Claim and stage the entity's PENDING Files."""
+    stager = _Stager(spark, db, entity, process_id, destination, result, progress)
+    # Files that were in flight when a run died are staged alone first: if one of them
+    # kills the process again, that lapse is pinned on it (and it ends FAILED).
+    suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
+    for file_id in suspects:
+        try:
+            stager.stage([db.claim(file_id, process_id)])
+        except IllegalTransition:
+            continue  # another run took it
+    claimed = db.claim_pending(process_id, entity=entity.name)
+    if claimed:
+        log.info("staging %d Files of %s", len(claimed), entity.name)
+        stager.stage(claimed)
 
 
 class _Stager:

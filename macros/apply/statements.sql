@@ -225,8 +225,15 @@
   {%- set sql -%}
     merge into {{ ctx.tombstones }} as {{ D }}
     using (
+      {#- Only deletes and keys with a tombstone can change the tombstones: a batch of inserts
+          and updates of keys never deleted reads the tombstones' keys and writes nothing. #}
       select {{ q('cdc__key_text') }}, {{ lin.sequence }}, {{ lin.operation }}, {{ lin.file_hash }}, {{ lin.process_id }}
-      from {{ ctx.batch }} where {{ q('cdc__action') }} in ('insert', 'update', 'delete')
+      from {{ ctx.batch }}
+      where {{ q('cdc__action') }} in ('insert', 'update', 'delete')
+        and ({{ lin.operation }} = 'D' or {{ q('cdc__key_text') }} in (
+          select cdc_known.{{ q('key_text') }} from {{ ctx.tombstones }} as cdc_known
+          where cdc_known.{{ q('target_table') }} = {{ ctx.this_table }}
+        ))
     ) as {{ S }}
     on {{ D }}.{{ q('target_table') }} = {{ ctx.this_table }} and {{ D }}.{{ q('key_text') }} = {{ S }}.{{ q('cdc__key_text') }}
     when matched and {{ S }}.{{ lin.operation }} <> 'D' then delete

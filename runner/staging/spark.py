@@ -2,22 +2,37 @@
 
 All Files of an entity that share a header are read in one Spark job (not one per File); each
 row keeps its File's identity through ``input_file_name()`` (or ``_metadata.file_path``).
-Files are read unsplit (``multiLine``), so a row's position in its File is its order inside its
-Spark partition.
+
+Two passes over the Files, each a single Spark job, and nothing cached:
+
+1. One aggregate (SQL ``GROUPING SETS``, so the Files are scanned once) gives, per File block
+   (a split: one for a small File, one per ``maxPartitionBytes`` of a large one), its rows, its
+   first row id and its bad rows (the first named); and per File its exact duplicates (same
+   key, same sequence, same values: dropped) and conflicts (same key and sequence, different
+   values: the File is quarantined). Values are compared by two hashes of the typed row (96
+   bits).
+2. The write: rows of the good Files, typed, numbered, with their lineage, sorted by sequence
+   within each task, in one append (one commit) and one manifest write.
+
+A row's position in its File comes without a sort: Spark reads a split in order and
+``monotonically_increasing_id()`` counts the rows of a task, so a row's number is the rows of
+the File's earlier blocks plus its distance from its block's first id. CSV Files without a
+newline inside quotes (found while scanning the bytes) are read split at lines, so a large File
+is read by many tasks; a File with such records is read whole (``multiLine``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile
-from runner.staging.validate import read_header, scan_text
+from runner.staging.validate import read_header, scan_text_file
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -25,9 +40,12 @@ if TYPE_CHECKING:
 CORRUPT = "__corrupt_record"
 ERROR = "__error"
 FILE_URI = "__file_uri"
-ORDER = "__order"
+ID = "__id"
 BLOCK = "__block"
 RAW = "__raw__"
+FIRST_ID = "__first_id"
+OFFSET = "__offset"
+H1, H2 = "__h1", "__h2"
 
 
 @dataclass
@@ -53,22 +71,25 @@ def stage_entity(
     ``file_identity`` is how a row names its File: ``input_file_name`` or ``metadata`` (the
     ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog)."""
     result = StageResult()
-    groups: dict[tuple[str, ...], list[FileToStage]] = {}
+    groups: dict[tuple[tuple[str, ...], bool], list[FileToStage]] = {}
     for f in files:
         header, problem = read_header(f.path, entity)
+        whole = False
         if not problem and entity.format != "parquet":
-            problem = scan_text(f.path, entity)
+            scan = scan_text_file(f.path, entity)
+            problem, whole = scan.problem, scan.multiline_records
         if problem:
             result.quarantined[f.file_id] = problem
         else:
             assert header is not None
-            groups.setdefault(tuple(header), []).append(f)
+            groups.setdefault((tuple(header), whole), []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
-    for columns, group in groups.items():
+    for (columns, whole), group in groups.items():
         _stage_group(
             spark,
             entity,
             list(columns),
+            whole,
             group,
             process_id,
             ingested_at,
@@ -85,11 +106,11 @@ def _read(
     header: list[str],
     paths: list[str],
     file_identity: str = "input_file_name",
+    whole: bool = True,
 ) -> DataFrame:
-    """The Files' raw values: strings for CSV and JSON lines (no inference), Parquet's own types.
-
-    ``ORDER`` sorts rows in File order: the split's byte offset, then the position in the split.
-    """
+    """The Files' raw values: strings for CSV and JSON lines (no inference), Parquet's own types;
+    with each row's File, block (split start) and id (increasing within a task, in File order).
+    ``whole`` reads CSV Files unsplit (records may span lines)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -114,7 +135,7 @@ def _read(
             .option("sep", entity.csv_delimiter)
             .option("quote", '"')
             .option("escape", '"')
-            .option("multiLine", True)  # unsplit Files: row order within a File is preserved
+            .option("multiLine", whole)
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
             .option("nullValue", "")
@@ -129,7 +150,7 @@ def _read(
         df = df.withColumn(FILE_URI, F.input_file_name()).withColumn(
             BLOCK, F.expr("input_file_block_start()")
         )
-    return df.withColumn(ORDER, F.monotonically_increasing_id())
+    return df.withColumn(ID, F.monotonically_increasing_id())
 
 
 #: The per-File values a staged lineage column can be filled from (contract.sql, on "staged").
@@ -162,35 +183,20 @@ def _staged_lineage(rows: DataFrame, entity: Entity) -> list[Column]:
     return out
 
 
-def _stage_group(
-    spark: SparkSession,
-    entity: Entity,
-    header: list[str],
-    files: list[FileToStage],
-    process_id: str,
-    ingested_at: datetime,
-    result: StageResult,
-    writer: StagingWriter,
-    file_identity: str,
-) -> None:
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
+def _typed(raw: DataFrame, entity: Entity, header: list[str]) -> DataFrame:
+    """The declared columns cast to their types (raw strings kept under ``RAW`` names)."""
     from pyspark.sql import functions as F
 
-    lineage = lineage_columns()
-    raw = _read(spark, entity, header, [str(f.path) for f in files], file_identity)
-    numbered = raw.withColumn(
-        lineage["row_number"],
-        F.row_number().over(Window.partitionBy(FILE_URI).orderBy(BLOCK, ORDER)).cast("bigint"),
+    out = raw.select(*[F.col(c).alias(RAW + c) for c in header], CORRUPT, FILE_URI, BLOCK, ID)
+    return out.select(
+        "*", *[F.col(RAW + c.name).cast(c.data_type).alias(c.name) for c in entity.columns]
     )
-    # Keep each raw string under its own name: checks read the raw value, the cast goes out.
-    typed = numbered.select(
-        *[F.col(c).alias(RAW + c) for c in header],
-        CORRUPT,
-        FILE_URI,
-        ORDER,
-        lineage["row_number"],
-    )
+
+
+def _error(entity: Entity, writer: StagingWriter) -> Column:
+    """NULL for a good row, else why it is bad (the first reason)."""
+    from pyspark.sql import functions as F
+
     malformed = (
         "not a valid JSON object"
         if entity.format == "json"
@@ -199,16 +205,14 @@ def _stage_group(
     checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
     for col in entity.columns:
         raw_col = F.col(RAW + col.name)
-        typed = typed.withColumn(col.name, raw_col.cast(col.data_type))
-        required = col.name in entity.keys or col.name == entity.sequence
-        if required:
+        if col.name in entity.keys or col.name == entity.sequence:
             checks.append(
                 F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in a key or sequence"))
             )
         if col.data_type not in ("string",):
             checks.append(
                 F.when(
-                    raw_col.isNotNull() & raw_col.cast(col.data_type).isNull(),
+                    raw_col.isNotNull() & F.col(col.name).isNull(),
                     F.concat(
                         F.lit(f"column {col.name!r}: cannot cast "),
                         _quoted(raw_col.cast("string"), 60),
@@ -225,11 +229,10 @@ def _stage_group(
                         F.lit(f"column {col.name!r}: {why}"),
                     )
                 )
-    op_map = F.create_map(*[F.lit(x) for kv in entity.operations.items() for x in kv])
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
         F.when(
-            op_raw.isNull() | op_map[op_raw].isNull(),
+            op_raw.isNull() | _op_map(entity)[op_raw].isNull(),
             F.concat(
                 F.lit(f"column {entity.operation_column!r}: unknown operation code "),
                 F.coalesce(_quoted(op_raw.cast("string"), 20), F.lit("NULL")),
@@ -237,108 +240,231 @@ def _stage_group(
             ),
         )
     )
+    return F.coalesce(*checks)
+
+
+def _op_map(entity: Entity) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.create_map(*[F.lit(x) for kv in entity.operations.items() for x in kv])
+
+
+@dataclass
+class _FileStats:
+    """What pass 1 learnt about one File (as Spark named it). Ids are
+    ``monotonically_increasing_id()`` values: the task's index in the upper bits, so one task
+    holds at most one block of a File (blocks are as large as tasks)."""
+
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)  # start -> (rows, first id)
+    bad: int = 0
+    bad_ids: list[int] = field(default_factory=list)  # the first bad row's id per block
+    first_bad: int | None = None  # id of the File's first bad row
+    duplicates: int = 0  # rows dropped as exact duplicates of an earlier row
+    conflict: tuple[int, int] | None = None  # ids of two rows of one conflict
+
+    @property
+    def read(self) -> int:
+        return sum(rows for rows, _ in self.blocks.values())
+
+    def offsets(self) -> dict[int, int]:
+        """Block start -> rows of the File before it."""
+        out, before = {}, 0
+        for start in sorted(self.blocks):
+            out[start] = before
+            before += self.blocks[start][0]
+        return out
+
+    def block_of(self, row_id: int) -> int:
+        task = row_id >> 33
+        return next(b for b, (_, first) in self.blocks.items() if first >> 33 == task)
+
+    def row_number(self, row_id: int) -> int:
+        """The 1-based position in the File of the row with id ``row_id``."""
+        block = self.block_of(row_id)
+        return self.offsets()[block] + row_id - self.blocks[block][1] + 1
+
+
+def _scan_stats(
+    spark: SparkSession, typed: DataFrame, entity: Entity, writer: StagingWriter
+) -> dict[str, _FileStats]:
+    """Pass 1: every File's blocks, bad rows, exact duplicates and conflicts, in one job
+    (fixed-width aggregates only, so Spark keeps them in a hash map, never sorts)."""
+    from pyspark.sql import functions as F
+
     business = [c.name for c in entity.columns]
-    staged = (
-        typed.withColumn(ERROR, F.coalesce(*checks))
-        .withColumn(lineage["operation"], op_map[op_raw])
+    keys = [f"__k{i}" for i in range(len(entity.keys))]
+    rows = typed.select(
+        FILE_URI,
+        BLOCK,
+        ID,
+        _error(entity, writer).isNotNull().alias("__bad"),
+        *[F.col(k).alias(a) for k, a in zip(entity.keys, keys, strict=True)],
+        F.col(entity.sequence).alias("__seq"),
+        F.xxhash64(*[F.col(c) for c in business]).alias(H1),
+        F.hash(*[F.col(c) for c in business]).alias(H2),
+    )
+    view = f"__cdc_stage_{id(rows)}"
+    rows.createOrReplaceTempView(view)
+    try:
+        # Grouping set 1, (file, block): rows, first id, bad rows. Set 2, (file, bad, key,
+        # sequence): groups of more than one good row (duplicates, or conflicts when the
+        # hashes differ). The outer query folds set 2 into one row per File.
+        found = spark.sql(
+            f"""
+            WITH g AS (
+                SELECT {FILE_URI} AS f, {BLOCK} AS b, grouping({BLOCK}) AS by_key,
+                    count(*) AS n, min({ID}) AS first_id, max({ID}) AS last_id,
+                    count_if(__bad) AS bad, min(CASE WHEN __bad THEN {ID} END) AS first_bad,
+                    min({H1}) <> max({H1}) OR min({H2}) <> max({H2}) AS differ
+                FROM {view}
+                GROUP BY GROUPING SETS (
+                    ({FILE_URI}, {BLOCK}), ({FILE_URI}, __bad, {", ".join(keys)}, __seq))
+                HAVING by_key = 0 OR (bad = 0 AND n > 1)
+            )
+            SELECT f, by_key, CASE WHEN by_key = 0 THEN b END AS b,
+                sum(n) AS n, min(first_id) AS first_id, sum(bad) AS bad,
+                min(first_bad) AS first_bad,
+                sum(CASE WHEN NOT differ THEN n - 1 ELSE 0 END) AS duplicates,
+                min(CASE WHEN differ THEN first_id END) AS conflict_first,
+                min_by(last_id, CASE WHEN differ THEN first_id END) AS conflict_last
+            FROM g GROUP BY f, by_key, CASE WHEN by_key = 0 THEN b END
+            """
+        ).collect()
+    finally:
+        spark.catalog.dropTempView(view)
+    stats: dict[str, _FileStats] = {}
+    for r in found:
+        st = stats.setdefault(r["f"], _FileStats())
+        if r["by_key"] == 0:
+            st.blocks[int(r["b"])] = (int(r["n"]), int(r["first_id"]))
+            st.bad += int(r["bad"])
+        elif r["conflict_first"] is not None:
+            st.conflict = (int(r["conflict_first"]), int(r["conflict_last"]))
+        if r["by_key"] != 0:
+            st.duplicates += int(r["duplicates"] or 0)
+        elif r["first_bad"] is not None:
+            st.bad_ids.append(int(r["first_bad"]))  # the first of its block
+    for st in stats.values():
+        if st.bad_ids:
+            st.first_bad = min(st.bad_ids, key=st.row_number)
+    return stats
+
+
+def _explain(
+    typed: DataFrame, entity: Entity, writer: StagingWriter, wanted: dict[str, list[int]]
+) -> dict[tuple[str, int], Any]:
+    """(File, id) -> that row's reason (when bad) and key values, for the few rows an error
+    message names: a scan of the Files, only when some File is bad."""
+    from pyspark.sql import functions as F
+
+    cond = None
+    for uri, ids in wanted.items():
+        c = (F.col(FILE_URI) == F.lit(uri)) & F.col(ID).isin(ids)
+        cond = c if cond is None else cond | c
+    if cond is None:
+        return {}
+    found = (
+        typed.select(FILE_URI, ID, _error(entity, writer).alias(ERROR), *entity.keys)
+        .where(cond)
+        .collect()
+    )
+    return {(r[FILE_URI], int(r[ID])): r for r in found}
+
+
+def _stage_group(
+    spark: SparkSession,
+    entity: Entity,
+    header: list[str],
+    whole: bool,
+    files: list[FileToStage],
+    process_id: str,
+    ingested_at: datetime,
+    result: StageResult,
+    writer: StagingWriter,
+    file_identity: str,
+) -> None:
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    raw = _read(spark, entity, header, [str(f.path) for f in files], file_identity, whole)
+    typed = _typed(raw, entity, header)
+    stats = _scan_stats(spark, typed, entity, writer)
+    by_uri = _match_files(list(stats), files)
+    seen = {by_uri[uri].file_id for uri in stats}
+    for f in files:
+        if f.file_id not in seen and _has_data_rows(f.path, entity):
+            raise IntegrityError(
+                f"{f.path.name}: Spark read no rows from a File that has data rows",
+                path=str(f.path),
+                content_hash=f.content_hash,
+            )
+    named = {
+        uri: [i for i in (st.first_bad, *(st.conflict or ())) if i is not None]
+        for uri, st in stats.items()
+        if st.first_bad is not None or st.conflict is not None
+    }
+    rows_named = _explain(typed, entity, writer, named) if named else {}
+    bad: dict[int, str] = {}
+    for uri, st in stats.items():
+        f = by_uri[uri]
+        if st.first_bad is not None:
+            row = rows_named[(uri, st.first_bad)]
+            more = f" ({st.bad - 1} more bad rows)" if st.bad > 1 else ""
+            bad[f.file_id] = f"{_at(entity, st.row_number(st.first_bad))}, {row[ERROR]}{more}"
+        elif st.conflict is not None:
+            row = rows_named[(uri, st.conflict[0])]
+            names = ", ".join(f"{k}={row[k]}" for k in entity.keys)
+            first, second = sorted(st.row_number(i) for i in st.conflict)
+            bad[f.file_id] = (
+                f"{_at(entity, second)}, column {entity.sequence!r}: conflicts with "
+                f"{_at(entity, first)}: same key ({names}) and same sequence, different values"
+            )
+    for f in files:
+        if f.file_id in bad:
+            result.quarantined[f.file_id] = f"{f.path.name}: {bad[f.file_id]}"
+    good = [f for f in files if f.file_id not in bad]
+    if not good:
+        return
+    counts = {f.content_hash: 0 for f in good}
+    blocks = []  # rows find their File by the exact string Spark gave, never a re-spelling
+    for uri, st in stats.items():
+        f = by_uri[uri]
+        if f.file_id in bad:
+            continue
+        counts[f.content_hash] = st.read - st.duplicates
+        offsets = st.offsets()
+        for start, (_, first_id) in st.blocks.items():
+            blocks.append(
+                (uri, start, first_id, offsets[start], f.content_hash, f.path.name, str(f.path))
+            )
+    block_map = spark.createDataFrame(
+        blocks,
+        f"{FILE_URI} string, {BLOCK} bigint, {FIRST_ID} bigint, {OFFSET} bigint, "
+        f"{FILE_VALUES[0]} string, {FILE_VALUES[1]} string, {FILE_VALUES[2]} string",
+    )
+    business = [c.name for c in entity.columns]
+    # Pass 2. Every row of a good File is a good row: no checks to evaluate again.
+    rows = (
+        typed.join(F.broadcast(block_map), [FILE_URI, BLOCK], "inner")
+        .withColumn(lineage["row_number"], F.col(ID) - F.col(FIRST_ID) + F.col(OFFSET) + F.lit(1))
+        .withColumn(lineage["operation"], _op_map(entity)[F.col(RAW + entity.operation_column)])
         .withColumn(lineage["sequence"], F.col(entity.sequence))
         .withColumn(lineage["process_id"], F.lit(process_id))
         .withColumn(lineage["ingested_at"], F.lit(ingested_at).cast("timestamp"))
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        # Per File as Spark saw it: rows read, bad rows (the first named), distinct good rows.
-        per_file = (
-            staged.groupBy(FILE_URI)
-            .agg(
-                F.count("*").alias("read"),
-                F.count(ERROR).alias("bad"),
-                F.min_by(
-                    F.struct(lineage["row_number"], ERROR),
-                    F.when(F.col(ERROR).isNotNull(), F.col(lineage["row_number"])),
-                ).alias("first"),
-                F.count_distinct(
-                    F.when(F.col(ERROR).isNull(), F.struct(*[F.col(c) for c in business]))
-                ).alias("distinct"),
-            )
-            .collect()
+    )
+    if any(stats[uri].duplicates for uri in stats if by_uri[uri].file_id not in bad):
+        # The first of each group of exact duplicates stays (rare: a second pass over them).
+        group = [FILE_URI, *entity.keys, entity.sequence]
+        first = rows.groupBy(*group).agg(F.min(lineage["row_number"]).alias("__keep"))
+        rows = rows.join(first, group, "inner").where(
+            F.col(lineage["row_number"]) == F.col("__keep")
         )
-        by_uri = _match_files([r[FILE_URI] for r in per_file], files)
-        read = {by_uri[r[FILE_URI]].file_id: r for r in per_file}
-        for f in files:
-            if f.file_id not in read and _has_data_rows(f.path, entity):
-                raise IntegrityError(
-                    f"{f.path.name}: Spark read no rows from a File that has data rows",
-                    path=str(f.path),
-                    content_hash=f.content_hash,
-                )
-        deduped = staged.where(F.col(ERROR).isNull()).dropDuplicates([FILE_URI, *business])
-        conflicts = (
-            deduped.groupBy(FILE_URI, *entity.keys, lineage["sequence"])
-            .agg(
-                F.count("*").alias("n"),
-                F.min(lineage["row_number"]).alias("first_row"),
-                F.max(lineage["row_number"]).alias("second_row"),
-            )
-            .where("n > 1")
-            .groupBy(FILE_URI)
-            .agg(
-                F.min_by(F.struct("first_row", "second_row", *entity.keys), "first_row").alias("c")
-            )
-            .collect()
-        )
-        bad: dict[int, str] = {}
-        for r in per_file:
-            if r["bad"]:
-                line = _at(entity, r["first"][0])
-                more = f" ({r['bad'] - 1} more bad rows)" if r["bad"] > 1 else ""
-                bad[by_uri[r[FILE_URI]].file_id] = f"{line}, {r['first'][1]}{more}"
-        for r in conflicts:
-            c = r["c"]
-            key = ", ".join(f"{k}={c[k]}" for k in entity.keys)
-            bad.setdefault(
-                by_uri[r[FILE_URI]].file_id,
-                f"{_at(entity, c['second_row'])}, column {entity.sequence!r}: conflicts "
-                f"with {_at(entity, c['first_row'])}: same key ({key}) and same sequence, "
-                "different values",
-            )
-        for f in files:
-            if f.file_id in bad:
-                result.quarantined[f.file_id] = f"{f.path.name}: {bad[f.file_id]}"
-        good = [f for f in files if f.file_id not in bad]
-        if not good:
-            return
-        # Rows find their File by the exact string Spark gave, never by a re-spelling of it.
-        file_map = spark.createDataFrame(
-            [
-                (uri, f.content_hash, f.path.name, str(f.path))
-                for uri, f in by_uri.items()
-                if f.file_id not in bad
-            ],
-            f"{FILE_URI} string, {FILE_VALUES[0]} string, {FILE_VALUES[1]} string, "
-            f"{FILE_VALUES[2]} string",
-        )
-        joined = deduped.join(F.broadcast(file_map), FILE_URI, "inner")
-        out = joined.select(*business, *_staged_lineage(joined, entity)).sortWithinPartitions(
-            lineage["file_hash"], lineage["sequence"]
-        )
-        counts = {
-            r[lineage["file_hash"]]: r["n"]
-            for r in out.groupBy(lineage["file_hash"]).agg(F.count("*").alias("n")).collect()
-        }
-        for f in good:
-            expected = read[f.file_id]["distinct"] if f.file_id in read else 0
-            if counts.get(f.content_hash, 0) != expected:
-                raise IntegrityError(
-                    f"{f.path.name}: {expected} distinct rows read but "
-                    f"{counts.get(f.content_hash, 0)} about to be staged",
-                    path=str(f.path),
-                    content_hash=f.content_hash,
-                )
-        writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at))
-        for f in good:
-            result.staged[f.file_id] = counts.get(f.content_hash, 0)
-    finally:
-        staged.unpersist()
+    out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
+        lineage["file_hash"], lineage["sequence"]
+    )
+    writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at))
+    for f in good:
+        result.staged[f.file_id] = counts.get(f.content_hash, 0)
 
 
 def _uri_spellings(uri: str) -> set[str]:

@@ -7,6 +7,7 @@ import csv
 import gzip
 import io
 import zlib
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from runner.entities import Entity
@@ -31,15 +32,34 @@ def open_text(path: FilePath) -> io.TextIOBase:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8", newline="")
 
 
+@dataclass(frozen=True)
+class TextScan:
+    problem: str | None  # None, or why the File is bad input
+    # A newline inside a quoted CSV field somewhere: the File must be read whole (multiLine),
+    # it cannot be split at line boundaries.
+    multiline_records: bool
+
+
 def scan_text(path: FilePath, entity: Entity) -> str | None:
-    """Read a text File to its end, once: None, or the reason it is bad input.
+    """None, or the reason a text File is bad input (see ``scan_text_file``)."""
+    return scan_text_file(path, entity).problem
+
+
+def scan_text_file(path: FilePath, entity: Entity) -> TextScan:
+    """Read a text File to its end, once: whether it is bad input, and whether a CSV record
+    spans lines.
 
     Spark replaces invalid UTF-8 with U+FFFD without a word and reads a truncated gzip File
     up to where it breaks, so both are checked here on every byte (streamed: memory stays flat),
-    with the line, column and field of the first bad byte.
+    with the line, column and field of the first bad byte. A CSV record spans lines when a
+    newline falls inside quotes: where the count of quote characters so far is odd (escaped
+    quotes come in pairs, so they never change that).
     """
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
     offset = 0  # bytes of the (decompressed) text before this chunk
+    quotes = 0  # quote characters so far, modulo 2
+    spans = False
+    track = entity.format == "csv"
     try:
         with open_binary(path) as handle:
             while chunk := handle.read(CHUNK):
@@ -48,17 +68,31 @@ def scan_text(path: FilePath, entity: Entity) -> str | None:
                 except UnicodeDecodeError as exc:
                     pending = len(exc.object) - len(chunk)
                     bad = offset - pending + exc.start
-                    return _bad_utf8(path, entity, bad, exc.reason)
+                    return TextScan(_bad_utf8(path, entity, bad, exc.reason), spans)
+                if track and not spans:
+                    spans, quotes = _newline_in_quotes(chunk, quotes)
                 offset += len(chunk)
             try:
                 decoder.decode(b"", final=True)
             except UnicodeDecodeError as exc:
-                return _bad_utf8(path, entity, offset - len(exc.object) + exc.start, exc.reason)
+                at = offset - len(exc.object) + exc.start
+                return TextScan(_bad_utf8(path, entity, at, exc.reason), spans)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        return f"{path.name}: not a complete gzip File ({exc})"
+        return TextScan(f"{path.name}: not a complete gzip File ({exc})", spans)
     except OSError as exc:
-        return f"{path.name}: cannot be read: {exc}"
-    return None
+        return TextScan(f"{path.name}: cannot be read: {exc}", spans)
+    return TextScan(None, spans)
+
+
+def _newline_in_quotes(chunk: bytes, parity: int) -> tuple[bool, int]:
+    """(whether a newline of ``chunk`` is inside quotes, quote parity after it), given the
+    parity before it. Vectorised: about a millisecond per MiB."""
+    import numpy as np
+
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    inside = (np.cumsum(data == 0x22, dtype=np.int64) + parity) & 1
+    newline = data == 0x0A
+    return bool(inside[newline].any()), int(inside[-1]) if len(inside) else parity
 
 
 def _bad_utf8(path: FilePath, entity: Entity, position: int, reason: str) -> str:
