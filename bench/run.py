@@ -477,7 +477,7 @@ def main() -> None:
     )
     print(f"{'hashing RSS cost (MiB)':32} {results['hash_memory']['hashing_cost_mib']:8.1f}")
     peaks = results["ingest_memory"]["peak_rss_mib"]
-    print(f"{'ingest 1 GiB, runner RSS (MiB)':32} {peaks['runner_python']:8.1f} {500:8.0f}")
+    print(f"{'ingest 1 GiB, runner RSS (MiB)':32} {peaks['runner_python']:8.1f} {300:8.0f}")
     print(f"{'ingest 1 GiB, Spark JVM RSS (MiB)':32} {peaks['spark_jvm']:8.1f}")
 
 

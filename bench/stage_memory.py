@@ -104,7 +104,7 @@ def main() -> None:
                     "spark_jvm": round(peak_jvm, 1),
                     "together": round(peak_sum, 1),
                 },
-                "target_mib": 500,
+                "target_mib": 300,
             },
             indent=2,
         )

@@ -2,13 +2,14 @@
 
 dbt runs in-process (``dbtRunner``); on a Spark target dbt-spark's session method gets the
 runner's SparkSession back from ``getOrCreate()``, so the JVM starts once. The runner's
-process_id is passed to dbt as the ``cdc_process_id`` variable.
+process_id is passed to dbt in the ``CDC_PROCESS_ID`` environment variable (not a ``--vars``
+value: a var that changes every run makes dbt re-parse the whole project, every run).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,20 +52,26 @@ def dbt_build(
     from dbt.cli.main import dbtRunner
 
     start = time.perf_counter()
-    res = dbtRunner().invoke(
-        [
-            "build",
-            "--project-dir",
-            str(project.dbt_project_dir),
-            "--profiles-dir",
-            str(project.profiles_dir),
-            "--target",
-            project.target_name,
-            "--vars",
-            json.dumps({"cdc_process_id": process_id}),
-            *(args or []),
-        ]
-    )
+    before = os.environ.get("CDC_PROCESS_ID")
+    os.environ["CDC_PROCESS_ID"] = process_id
+    try:
+        res = dbtRunner().invoke(
+            [
+                "build",
+                "--project-dir",
+                str(project.dbt_project_dir),
+                "--profiles-dir",
+                str(project.profiles_dir),
+                "--target",
+                project.target_name,
+                *(args or []),
+            ]
+        )
+    finally:
+        if before is None:
+            os.environ.pop("CDC_PROCESS_ID", None)
+        else:
+            os.environ["CDC_PROCESS_ID"] = before
     if phases is not None:
         total = time.perf_counter() - start
         nodes = sum(

@@ -4,8 +4,8 @@
 
     lock              serialise applies of one table where the destination has locks;
     batch_files       the Files staged for this entity without a marker for this target;
-    classify          their rows, the last change per key winning, each classified against the
-                      target and the tombstones (insert, update, delete, stale, superseded);
+    classify          their rows' last change per key, classified against the target and the
+                      tombstones (insert, update, delete, stale);
     merge_target      MERGE into the target: insert new keys, update or delete only with a
                       newer sequence;
     merge_tombstones  remember each applied delete's key and sequence, forget it on re-insert;
@@ -115,23 +115,27 @@
 {% macro default__apply_batch_files_sql(ctx) %}
   {%- set q = adapter.quote -%}
   {%- set sql -%}
-    select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }}
+    select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }},
+      coalesce(cdc_rows.n, 0) as {{ q('cdc__rows') }}
     from {{ ctx.files }} as cdc_files
+    left join (
+      select cdc_src.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
+      from {{ ctx.source }} as cdc_src
+      group by cdc_src.{{ ctx.lin.file_hash }}
+    ) as cdc_rows on cdc_rows.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
       and cdc_files.{{ q('file_hash') }} not in (
         select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
         where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
       )
-      and (
-        cdc_files.{{ q('staged_rows') }} = 0
-        or cdc_files.{{ q('file_hash') }} in (select cdc_src.{{ ctx.lin.file_hash }} from {{ ctx.source }} as cdc_src)
-      )
+      and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0)
   {%- endset -%}
   {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
 {% endmacro %}
 
-{#- The batch's rows: the last change per key wins (ties: later File, later row); each row is
-    classified against the target row and the key's tombstone. -#}
+{#- The batch: the last change per key (ties: later File, later row), classified against the
+    target row and the key's tombstone. The earlier changes of a key are not kept: the markers
+    count them from the batch Files' row counts. -#}
 {% macro apply_classify_sql(ctx) %}
   {{ return(adapter.dispatch('apply_classify_sql', 'cdc')(ctx)) }}
 {% endmacro %}
@@ -153,7 +157,6 @@
       cdc_changes.*,
       {{ cdc._key_text('cdc_changes', ctx.key_columns) }} as {{ q('cdc__key_text') }},
       case
-        when cdc_changes.{{ q('cdc__rank') }} > 1 then 'superseded'
         when cdc_dest.{{ lin.sequence }} is not null
              and cdc_changes.{{ lin.sequence }} <= cdc_dest.{{ lin.sequence }} then 'stale'
         when cdc_tomb.{{ q('sequence_text') }} is not null
@@ -168,6 +171,7 @@
     left join {{ ctx.tombstones }} as cdc_tomb
       on cdc_tomb.{{ q('target_table') }} = {{ ctx.this_table }}
       and cdc_tomb.{{ q('key_text') }} = {{ cdc._key_text('cdc_changes', ctx.key_columns) }}
+    where cdc_changes.{{ q('cdc__rank') }} = 1
   {%- endset -%}
   {{ return(cdc.create_scratch_sql(ctx.batch, sql)) }}
 {% endmacro %}
@@ -267,7 +271,7 @@
       'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
       'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
       'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
-      'rows_skipped': 'coalesce(cdc_counts.n_skip, 0)',
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_applied, 0)',
   } -%}
   {%- set columns = cdc._state_values('applied_files', values) -%}
   {%- set action = q('cdc__action') -%}
@@ -284,7 +288,7 @@
         sum(case when {{ action }} = 'insert' then 1 else 0 end) as n_insert,
         sum(case when {{ action }} = 'update' then 1 else 0 end) as n_update,
         sum(case when {{ action }} = 'delete' then 1 else 0 end) as n_delete,
-        sum(case when {{ action }} in ('stale', 'superseded') then 1 else 0 end) as n_skip
+        sum(case when {{ action }} in ('insert', 'update', 'delete') then 1 else 0 end) as n_applied
       from {{ ctx.batch }}
       group by {{ lin.file_hash }}
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}

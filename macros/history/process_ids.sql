@@ -2,7 +2,8 @@
   Snapshots (SCD Type 2) that carry process ids, after datwiz/dbt-snapshot-metadata and past it:
   every row carries the process id that inserted it and, once closed, the process id that
   closed it, with the snapshot times of both; deletion records too. The process id is the
-  runner's (`--vars '{cdc_process_id: ...}'`, set by `runner run`), else dbt's invocation_id.
+  runner's (CDC_PROCESS_ID, set by `runner run`, or `--vars '{cdc_process_id: ...}'`), else dbt's
+  invocation_id.
 
   Only snapshots that ask for it get it:
       config:
@@ -25,8 +26,11 @@
   {{ return(asked) }}
 {% endmacro %}
 
+{#- The runner's process id: `--vars '{cdc_process_id: ...}'`, else the CDC_PROCESS_ID environment
+    variable (what `runner run` sets: a var that changes every run would make dbt parse the
+    whole project again each time), else dbt's invocation_id. Read at execution, not parse. -#}
 {% macro snapshot_process_id() %}
-  {{ return(var('cdc_process_id', invocation_id)) }}
+  {{ return(var('cdc_process_id', none) or env_var('CDC_PROCESS_ID', '') or invocation_id) }}
 {% endmacro %}
 
 {#- The four added columns, as select items: inserted now, not closed. -#}

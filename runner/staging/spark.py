@@ -46,6 +46,7 @@ RAW = "__raw__"
 FIRST_ID = "__first_id"
 OFFSET = "__offset"
 H1, H2 = "__h1", "__h2"
+CSV_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
 
 
 @dataclass
@@ -84,19 +85,29 @@ def stage_entity(
             assert header is not None
             groups.setdefault((tuple(header), whole), []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
-    for (columns, whole), group in groups.items():
-        _stage_group(
-            spark,
-            entity,
-            list(columns),
-            whole,
-            group,
-            process_id,
-            ingested_at,
-            result,
-            writer,
-            file_identity,
-        )
+    # A CSV row with the wrong number of fields is malformed only when every column is parsed:
+    # with column pruning (Spark's default) a query reading some columns misses it.
+    pruning = spark.conf.get(CSV_PRUNING, None)
+    spark.conf.set(CSV_PRUNING, "false")
+    try:
+        for (columns, whole), group in groups.items():
+            _stage_group(
+                spark,
+                entity,
+                list(columns),
+                whole,
+                group,
+                process_id,
+                ingested_at,
+                result,
+                writer,
+                file_identity,
+            )
+    finally:
+        if pruning is None:
+            spark.conf.unset(CSV_PRUNING)
+        else:
+            spark.conf.set(CSV_PRUNING, pruning)
     return result
 
 
