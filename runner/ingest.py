@@ -105,7 +105,7 @@ def ingest(
         with phases.time("hash"):
             _register(db, entity, files, process_id, result, progress)
         with phases.time("stage"):
-            _stage_pending(spark, db, entity, process_id, destination, result, progress)
+            _Stager(spark, db, entity, process_id, destination, result, progress).pending()
     return result
 
 
@@ -140,31 +140,6 @@ def _register(
         progress.advance("hash", entity.name, bytes=landed.size)
 
 
-def _stage_pending(
-    spark: SparkSession,
-    db: AuditDB,
-    entity: Entity,
-    process_id: str,
-    destination: Destination,
-    result: IngestResult,
-    progress: Progress,
-) -> None:
-    """Claim and stage the entity's PENDING Files."""
-    stager = _Stager(spark, db, entity, process_id, destination, result, progress)
-    # Files that were in flight when a run died are staged alone first: if one of them
-    # kills the process again, that lapse is pinned on it (and it ends FAILED).
-    suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
-    for file_id in suspects:
-        try:
-            stager.stage([db.claim(file_id, process_id)])
-        except IllegalTransition:
-            continue  # another run took it
-    claimed = db.claim_pending(process_id, entity=entity.name)
-    if claimed:
-        log.info("staging %d Files of %s", len(claimed), entity.name)
-        stager.stage(claimed)
-
-
 class _Stager:
     """Stages claimed Files and settles each one's fate in the Audit DB.
 
@@ -190,6 +165,22 @@ class _Stager:
         self.process_id, self.destination = process_id, destination
         self.writer = destination.writer()
         self.result, self.progress = result, progress
+
+    def pending(self) -> None:
+        """Claim and stage the entity's PENDING Files."""
+        db, entity, process_id = self.db, self.entity, self.process_id
+        # Files that were in flight when a run died are staged alone first: if one of them
+        # kills the process again, that lapse is pinned on it (and it ends FAILED).
+        suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
+        for file_id in suspects:
+            try:
+                self.stage([db.claim(file_id, process_id)])
+            except IllegalTransition:
+                continue  # another run took it
+        claimed = db.claim_pending(process_id, entity=entity.name)
+        if claimed:
+            log.info("staging %d Files of %s", len(claimed), entity.name)
+            self.stage(claimed)
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
         from runner.destinations import FileToStage

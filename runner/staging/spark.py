@@ -466,8 +466,8 @@ def _stage_group(
     if any(stats[uri].duplicates for uri in stats if by_uri[uri].file_id not in bad):
         # The first of each group of exact duplicates stays (rare: a second pass over them).
         group = [FILE_URI, *entity.keys, entity.sequence]
-        first = rows.groupBy(*group).agg(F.min(lineage["row_number"]).alias("__keep"))
-        rows = rows.join(first, group, "inner").where(
+        keep = rows.groupBy(*group).agg(F.min(lineage["row_number"]).alias("__keep"))
+        rows = rows.join(keep, group, "inner").where(
             F.col(lineage["row_number"]) == F.col("__keep")
         )
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
