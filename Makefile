@@ -12,7 +12,7 @@ help:
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
-	@echo "make bench  - benchmarks as side-by-side ratios (about 22 min; not part of make test)"
+	@echo "make bench  - benchmarks as side-by-side ratios (about 45 min; not part of make test)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
 
 $(BIN)/python:
@@ -56,4 +56,4 @@ format:
 	$(BIN)/ruff check --fix runner audit tests
 
 clean:
-	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory
+	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes

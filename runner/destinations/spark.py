@@ -106,10 +106,11 @@ class SparkTableWriter(StagingWriter):
         lineage = lineage_columns()
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(entity.staging_schema)[0]}")
         table, plain = self._name(entity.staging_schema, entity.staging_table)
-        if not spark.catalog.tableExists(plain):
+        created = not spark.catalog.tableExists(plain)
+        if created:
             out.limit(0).writeTo(table).using(self.table_format).create()
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
-        if hashes:
+        if hashes and not created:  # a new table holds no earlier rows
             spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
         expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
         before = self._last_commit(spark, table)
