@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup demo test test-fast lint format bench bq-up bq-down clean help
+.PHONY: setup demo test test-fast lint format bench bench-quick bq-up bq-down clean help
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -12,7 +12,8 @@ help:
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
-	@echo "make bench  - benchmarks as side-by-side ratios (about 45 min; not part of make test)"
+	@echo "make bench  - benchmarks as side-by-side ratios, README table rewritten (about 2.5 h; not part of make test)"
+	@echo "make bench-quick - the same harness on small data (a few minutes; bench/results/quick.json)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
 
 $(BIN)/python:
@@ -46,6 +47,9 @@ bq-down:
 # Not part of `make test`: ratios against a baseline in one run, written to bench/results/latest.json.
 bench: setup
 	$(BIN)/python bench/run.py --repeat 3
+
+bench-quick: setup
+	$(BIN)/python bench/run.py --quick --repeat 1 --out bench/results/quick.json
 
 lint: setup
 	$(BIN)/ruff check runner audit tests bench tools

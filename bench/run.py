@@ -344,8 +344,8 @@ class Bench:
 
     # 4. growth: time per row
     def growth(self) -> dict:
-        sizes = [20_000, 100_000] if self.quick else [100_000, 1_000_000, 5_000_000]
-        out = {}
+        sizes = [20_000, 100_000] if self.quick else [100_000, 1_000_000, 5_000_000, 10_000_000]
+        out: dict = {}
         for rows in sizes:
             landing = self.files(f"growth_{rows}", rows, 20)
             reps = self.repeat if rows <= 1_000_000 else 1
@@ -364,8 +364,23 @@ class Bench:
             out[str(rows)] = {"seconds": t, "us_per_row": t / rows * 1e6, "repeats": reps}
         first, last = out[str(sizes[-2])], out[str(sizes[-1])]
         out["ratio_last_to_previous"] = last["us_per_row"] / first["us_per_row"]
+        out["compared"] = [sizes[-1], sizes[-2]]
         out["target"] = 1.5
         return out
+
+
+PARTS = (
+    "whole_process",
+    "one_big_file",
+    "end_to_end",
+    "apply_vs_stock_merge_spark",
+    "apply_vs_handwritten_postgres",
+    "many_small_files",
+    "growth",
+    "snapshot_vs_dbt_snapshot",
+    "snapshot_hash_vs_full_row",
+    "memory",
+)
 
 
 def main() -> None:
@@ -373,61 +388,121 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="Small sizes, to try the harness.")
     parser.add_argument(
-        "--big", action="store_true", help="Add 10M rows and a 2 GiB File (about an hour more)."
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="Run only these parts; the others are kept from --out (a partial run is merged).",
     )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        help="Row counts of the whole-process comparison (default 300000 1000000 10000000).",
+    )
+    parser.add_argument("--mib", type=int, help="Size of the one big File (default 2048).")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "latest.json")
-    args = parser.parse_args()
-    bench = Bench(args.repeat, args.quick)
-    rows = 50_000 if args.quick else 300_000
-    results: dict = {"repeat": args.repeat, "quick": args.quick, "cpus": os.cpu_count()}
-    started = time.perf_counter()
-    import processes
-
-    sizes = [50_000] if args.quick else [300_000, 1_000_000, *([10_000_000] if args.big else [])]
-    work = WORK.parent / "work_processes"
-    for size in sizes:
-        t0 = time.perf_counter()
-        # 10M rows: one repetition (about a quarter of an hour each)
-        reps = 1 if size >= 10_000_000 else args.repeat
-        point = processes.compare(generated(bench.data, size), work, reps)
-        point["repeats"] = reps
-        point["target_run_to_handwritten"] = 2.0 if size >= 10_000_000 else 2.5
-        point["target_ingest_to_floor"] = 1.5
-        results.setdefault("whole_process", {})[str(size)] = point
-        print(f"whole_process {size}: {json.dumps(point)} ({time.perf_counter() - t0:.0f}s)")
-    t0 = time.perf_counter()
-    mib = 64 if args.quick else (2048 if args.big else 512)
-    results["one_big_file"] = processes.one_big_file(
-        bench.data, generated(bench.data, sizes[-1]) / "customers", work, mib, args.repeat
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        default=REPO / "README.md",
+        help="README whose results table is rewritten (not with --quick).",
     )
-    print(f"one_big_file: {json.dumps(results['one_big_file'])} ({time.perf_counter() - t0:.0f}s)")
-    for name, fn in (
-        ("end_to_end", lambda: bench.end_to_end(rows)),
-        ("apply_vs_stock_merge_spark", lambda: bench.apply_vs_stock(rows)),
-        ("apply_vs_handwritten_postgres", lambda: bench.apply_vs_handwritten_postgres(rows)),
-        ("many_small_files", bench.many_small_files),
-        ("growth", bench.growth),
-    ):
+    args = parser.parse_args()
+    import processes
+    import report
+    import snapshot
+
+    sizes = args.sizes or ([50_000] if args.quick else [300_000, 1_000_000, 10_000_000])
+    rows = 50_000 if args.quick else 300_000
+    mib = args.mib or (64 if args.quick else 2048)
+    partial = set(args.parts) != set(PARTS)
+    results: dict = {}
+    if partial and args.out.exists():
+        results = json.loads(args.out.read_text())
+    results.update({"repeat": args.repeat, "quick": args.quick, "cpus": os.cpu_count()})
+    measured = results.setdefault("measured_on", {})
+    today = time.strftime("%Y-%m-%d")
+    started = time.perf_counter()
+    data = WORK / "data"
+    work = WORK.parent / "work_processes"
+
+    def done(name: str, t0: float, key: str | None = None) -> None:
+        measured[key or name] = today
+        value = results[name] if key is None else results[name][key]
+        print(f"{key or name}: {json.dumps(value)} ({time.perf_counter() - t0:.0f}s)", flush=True)
+
+    if "whole_process" in args.parts:
+        for size in sizes:
+            t0 = time.perf_counter()
+            point = processes.compare(generated(data, size), work, args.repeat)
+            point["repeats"] = args.repeat
+            point["target_run_to_handwritten"] = 2.0 if size >= 10_000_000 else 2.5
+            point["target_ingest_to_floor"] = 1.5
+            results.setdefault("whole_process", {})[str(size)] = point
+            done("whole_process", t0, str(size))
+    if "one_big_file" in args.parts:
         t0 = time.perf_counter()
-        results[name] = fn()
-        print(f"{name}: {json.dumps(results[name])} ({time.perf_counter() - t0:.0f}s)", flush=True)
+        results["one_big_file"] = processes.one_big_file(
+            data, generated(data, sizes[-1]) / "customers", work, mib, args.repeat
+        )
+        done("one_big_file", t0)
+    in_process = [p for p in PARTS[2:-1] if p in args.parts]
+    if in_process:
+        bench = Bench(args.repeat, args.quick)
+        steps: dict[str, Callable[[], dict]] = {
+            "end_to_end": lambda: bench.end_to_end(rows),
+            "apply_vs_stock_merge_spark": lambda: bench.apply_vs_stock(rows),
+            "apply_vs_handwritten_postgres": lambda: bench.apply_vs_handwritten_postgres(rows),
+            "many_small_files": bench.many_small_files,
+            "growth": bench.growth,
+            "snapshot_vs_dbt_snapshot": lambda: snapshot.snapshot_vs_dbt_snapshot(
+                bench, 5_000 if args.quick else 300_000, 3 if args.quick else 5
+            ),
+            "snapshot_hash_vs_full_row": lambda: snapshot.snapshot_hash_vs_full_row(
+                bench, 5_000 if args.quick else 100_000, (10, 100)
+            ),
+        }
+        for name in in_process:
+            t0 = time.perf_counter()
+            results[name] = steps[name]()
+            done(name, t0)
+    if "memory" in args.parts:
+        t0 = time.perf_counter()
+        results.update(memory(args.quick, args.repeat))
+        measured["hash_memory"] = measured["ingest_memory"] = today
+        print(f"memory: {time.perf_counter() - t0:.0f}s", flush=True)
+    results["total_s"] = time.perf_counter() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten {args.out}")
+    table = report.table(results)
+    print(report.plain(results))
+    if not args.quick and args.readme.exists():
+        report.write_readme(args.readme, table)
+        print(f"table written to {args.readme}")
+
+
+def memory(quick: bool, repeat: int) -> dict:
+    """Peak RSS of hashing and of `runner ingest` on about 1 GiB, each in its own process."""
     import subprocess
 
+    if not (WORK / "dbt_project").exists():
+        project_root()
     mem = subprocess.run(
         [
             sys.executable,
             str(REPO / "bench" / "hash_memory.py"),
             "--size-mib",
-            "256" if args.quick else "1024",
+            "256" if quick else "1024",
             "--repeat",
-            str(args.repeat),
+            str(repeat),
         ],
         capture_output=True,
         text=True,
         check=True,
     )
-    results["hash_memory"] = json.loads(mem.stdout)
-    # Its own project root: the embedded metastore admits one JVM, and this process holds one.
+    # Its own project root: the embedded metastore admits one JVM.
     mem_root = WORK.parent / "work_memory"
     shutil.rmtree(mem_root, ignore_errors=True)
     shutil.copytree(
@@ -445,40 +520,13 @@ def main() -> None:
             "--data",
             str(WORK / "data"),
             "--size-mib",
-            "128" if args.quick else "1024",
+            "128" if quick else "1024",
         ],
         capture_output=True,
         text=True,
         check=True,
     )
-    results["ingest_memory"] = json.loads(stage.stdout)
-    results["total_s"] = time.perf_counter() - started
-    out = args.out
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwritten {out}")
-    print(f"{'benchmark':32} {'ratio':>8} {'target':>8}")
-    for size, point in results["whole_process"].items():
-        r, t = point["ratio_run_to_handwritten"], point["target_run_to_handwritten"]
-        print(f"{'runner run / hand-written ' + size:32} {r:8.2f} {t:8.2f}")
-        r, t = point["ratio_ingest_to_floor"], point["target_ingest_to_floor"]
-        print(f"{'runner ingest / floor ' + size:32} {r:8.2f} {t:8.2f}")
-    big = results["one_big_file"]
-    print(f"{'one File / 20 Files ' + str(big['mib']) + ' MiB':32} {big['ratio']:8.2f} {1.5:8.2f}")
-    for name in (
-        "end_to_end",
-        "apply_vs_stock_merge_spark",
-        "apply_vs_handwritten_postgres",
-        "many_small_files",
-    ):
-        print(f"{name:32} {results[name]['ratio']:8.2f} {results[name]['target']:8.2f}")
-    g = results["growth"]
-    print(
-        f"{'growth (per row, last/prev)':32} {g['ratio_last_to_previous']:8.2f} {g['target']:8.2f}"
-    )
-    print(f"{'hashing RSS cost (MiB)':32} {results['hash_memory']['hashing_cost_mib']:8.1f}")
-    peaks = results["ingest_memory"]["peak_rss_mib"]
-    print(f"{'ingest 1 GiB, runner RSS (MiB)':32} {peaks['runner_python']:8.1f} {300:8.0f}")
-    print(f"{'ingest 1 GiB, Spark JVM RSS (MiB)':32} {peaks['spark_jvm']:8.1f}")
+    return {"hash_memory": json.loads(mem.stdout), "ingest_memory": json.loads(stage.stdout)}
 
 
 if __name__ == "__main__":

@@ -277,6 +277,13 @@ def ingest_options(func: Any) -> Any:
     func = click.option(
         "--entity", "entities", multiple=True, help="Only these entities (repeatable)."
     )(func)
+    func = click.option(
+        "--effective-date",
+        type=click.DateTime(formats=["%Y-%m-%d"]),
+        default=None,
+        help="Business date of the snapshot Files staged now, for snapshot entities whose "
+        "declaration says `effective_date: option`.",
+    )(func)
     return click.option(
         "--landing",
         multiple=True,
@@ -343,13 +350,18 @@ def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
 
 
 def _ingest_args(
-    landing: tuple[str, ...], entities: tuple[str, ...], settle: float, min_age: float
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
+    effective_date: Any = None,
 ) -> dict[str, Any]:
     return {
         "landing": list(landing) or None,
         "entity_names": list(entities) or None,
         "min_age_seconds": min_age,
         "settle_seconds": settle,
+        "effective_date": effective_date.date() if effective_date is not None else None,
     }
 
 
@@ -363,6 +375,7 @@ def ingest(
     entities: tuple[str, ...],
     settle: float,
     min_age: float,
+    effective_date: Any,
 ) -> None:
     """Reconcile, then find, hash, register and stage new Files.
 
@@ -379,7 +392,7 @@ def ingest(
             run.process_id,
             spark=get_spark(run.project),
             progress=progress,
-            **_ingest_args(landing, entities, settle, min_age),
+            **_ingest_args(landing, entities, settle, min_age, effective_date),
         )
         progress.close()
         bad = _report_ingest(run.process_id, result)
@@ -416,6 +429,7 @@ def run(
     entities: tuple[str, ...],
     settle: float,
     min_age: float,
+    effective_date: Any,
     as_json: bool,
     dbt_args: tuple[str, ...],
 ) -> None:
@@ -446,7 +460,7 @@ def run(
             # JSON on stdout: dbt's own lines would break it (its errors still reach stderr)
             dbt_args=[*dbt_args, "--quiet"] if as_json else list(dbt_args),
             progress=progress,
-            **_ingest_args(landing, entities, settle, min_age),
+            **_ingest_args(landing, entities, settle, min_age, effective_date),
         )
         progress.close()
         for name, seconds in result.ingest.phases.seconds.items():
@@ -564,11 +578,39 @@ def _resolve_file(db: Any, ref: str) -> int:
     type=click.Path(file_okay=False),
     help="Folder to write to (default: <first landing root>/<entity>).",
 )
-@click.option("--initial", default=1000, show_default=True, help="Rows of the full load.")
-@click.option("--incremental", default=1000, show_default=True, help="Change rows after it.")
+@click.option(
+    "--snapshot",
+    is_flag=True,
+    help="Daily full extracts for a snapshot entity (mode: snapshot) instead of DMS changes.",
+)
+@click.option(
+    "--initial",
+    default=1000,
+    show_default=True,
+    help="Rows of the full load (--snapshot: of the first day's extract).",
+)
+@click.option(
+    "--incremental",
+    default=1000,
+    show_default=True,
+    help="Change rows after it (--snapshot: rows of each later day's extract).",
+)
 @click.option("--files", default=10, show_default=True, help="Change Files to spread them over.")
+@click.option("--days", default=3, show_default=True, help="--snapshot: extracts, one a day.")
+@click.option(
+    "--start",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    default="2026-03-01",
+    show_default=True,
+    help="--snapshot: the first extract's date.",
+)
 @click.option("--delete-share", default=0.2, show_default=True)
-@click.option("--update-share", default=0.4, show_default=True, help="The rest are inserts.")
+@click.option(
+    "--update-share",
+    default=0.4,
+    show_default=True,
+    help="The rest are inserts (--snapshot: the rest of the keys are unchanged).",
+)
 @click.option("--seed", default=7, show_default=True)
 @click.option(
     "--key-columns",
@@ -596,8 +638,12 @@ def generate(
     seed: int,
     key_columns: int | None,
     value_columns: int,
+    snapshot: bool,
+    days: int,
+    start: Any,
 ) -> None:
-    """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks)."""
+    """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks), or
+    with --snapshot one full extract a day for a snapshot entity."""
     from pathlib import Path
 
     import yaml
@@ -605,17 +651,26 @@ def generate(
     from runner.entities import load_entities
     from runner.generate import (
         GenerateSpec,
+        SnapshotSpec,
         generate_entity,
+        generate_snapshots,
         synthetic_declaration,
         synthetic_entity,
+        synthetic_snapshot_declaration,
+        synthetic_snapshot_entity,
     )
 
     project = obj.project()
     if key_columns is not None:
         if key_columns < 1 or value_columns < 0:
             raise UsageError("--key-columns must be at least 1 and --value-columns at least 0")
-        entities = {entity_name: synthetic_entity(entity_name, key_columns, value_columns)}
-        declaration = synthetic_declaration(entity_name, key_columns, value_columns)
+        make, declare = (
+            (synthetic_snapshot_entity, synthetic_snapshot_declaration)
+            if snapshot
+            else (synthetic_entity, synthetic_declaration)
+        )
+        entities = {entity_name: make(entity_name, key_columns, value_columns)}
+        declaration = declare(entity_name, key_columns, value_columns)
         click.echo("# declare it under a source's tables: in dbt_project/models/staging/*.yml")
         click.echo(yaml.safe_dump([declaration], sort_keys=False))
     else:
@@ -625,6 +680,27 @@ def generate(
     if not 0 <= delete_share + update_share <= 1 or files < 1:
         raise UsageError("shares must add up to at most 1, and --files must be at least 1")
     folder = Path(out) if out else project.root / project.settings.landing_roots[0] / entity_name
+    entity = entities[entity_name]
+    if snapshot != entity.is_snapshot:
+        raise UsageError(
+            f"entity {entity_name} is declared with mode {entity.mode}: "
+            + ("leave out --snapshot" if not snapshot else "--snapshot is for mode snapshot")
+        )
+    if snapshot:
+        if days < 1:
+            raise UsageError("--days must be at least 1")
+        sspec = SnapshotSpec(
+            initial,
+            incremental,
+            days,
+            delete_share,
+            update_share,
+            seed,
+            start or SnapshotSpec.start,
+        )
+        written = generate_snapshots(entity, folder, sspec)
+        click.echo(f"wrote {len(written)} daily extracts to {folder}")
+        return
     spec = GenerateSpec(initial, incremental, files, delete_share, update_share, seed)
     written = generate_entity(entities[entity_name], folder, spec)
     click.echo(f"wrote {len(written)} Files ({initial + incremental} rows) to {folder}")

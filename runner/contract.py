@@ -21,8 +21,9 @@ import jinja2
 DBT_PACKAGE = Path(__file__).resolve().parent / "dbt_package"
 CONTRACT_FILE = DBT_PACKAGE / "common" / "contract.sql"
 PREFIX = "_cdc_"
-TYPES = ("string", "bigint", "timestamp", "sequence")
-STEPS = ("staged", "applied", "snapshot")
+TYPES = ("string", "bigint", "timestamp", "date", "sequence")
+MODES = ("cdc", "snapshot")
+STEPS = ("staged", "applied", "snapshot", "history")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
@@ -32,6 +33,7 @@ class LineageColumn:
     name: str  # the column name: _cdc_...
     type: str  # a contract type (TYPES)
     on: str  # the step that fills it (STEPS)
+    modes: tuple[str, ...] = MODES  # the entity modes whose rows carry it
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ def contract(macro_file: Path = CONTRACT_FILE) -> Contract:
         )
         _check(col["type"] in TYPES, where, f"type must be one of {TYPES}: {col['type']!r}")
         _check(col["on"] in STEPS, where, f"'on' must be one of {STEPS}: {col['on']!r}")
-        lineage.append(LineageColumn(key, name, col["type"], col["on"]))
+        modes = tuple(col.get("modes", MODES))
+        _check(set(modes) <= set(MODES), where, f"'modes' must be among {MODES}: {modes}")
+        lineage.append(LineageColumn(key, name, col["type"], col["on"], modes))
     names = [c.name for c in lineage]
     _check(len(set(names)) == len(names), "lineage", "a column name is used twice")
     tables = {}
@@ -110,9 +114,10 @@ def lineage_columns() -> dict[str, str]:
     return {c.key: c.name for c in contract().lineage}
 
 
-def lineage_on(step: str) -> list[LineageColumn]:
-    """The lineage columns one step fills (``staged``, ``applied``, ``snapshot``), in order."""
-    return [c for c in contract().lineage if c.on == step]
+def lineage_on(step: str, mode: str = "cdc") -> list[LineageColumn]:
+    """The lineage columns one step fills (``staged``, ``applied``, ``snapshot``, ``history``)
+    on rows of an entity of ``mode`` (``cdc``, ``snapshot``), in order."""
+    return [c for c in contract().lineage if c.on == step and mode in c.modes]
 
 
 def column(logical: str) -> str:
@@ -120,9 +125,9 @@ def column(logical: str) -> str:
     return lineage_columns()[logical]
 
 
-def staged_columns() -> list[str]:
+def staged_columns(mode: str = "cdc") -> list[str]:
     """The lineage columns of a staged row, in order (the apply adds the rest)."""
-    return [c.name for c in lineage_on("staged")]
+    return [c.name for c in lineage_on("staged", mode)]
 
 
 def state_table(name: str) -> StateTable:

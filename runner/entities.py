@@ -19,7 +19,8 @@ from runner.errors import ConfigError
 from runner.project import IDENTIFIER, Project
 
 FORMATS = ("csv", "json", "parquet")
-MODES = ("cdc",)  # "snapshot" comes later
+MODES = ("cdc", "snapshot")
+SNAPSHOT_KINDS = ("full", "delta")
 # Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
 TYPE_PATTERN = re.compile(
     r"^(string|varchar\(\d+\)|char\(\d+\)|boolean|tinyint|smallint|int|integer|bigint|float|"
@@ -37,8 +38,30 @@ class Column:
 
 
 @dataclass(frozen=True)
+class EffectiveDate:
+    """Where a snapshot File's business effective date comes from: one of a declared ``date``
+    column (the same on every row), a regular expression on the file name (its group ``date``,
+    or its first group, read with ``format``), or ``runner ingest --effective-date``."""
+
+    column: str | None = None
+    file_pattern: str | None = None
+    format: str = "%Y-%m-%d"
+    option: bool = False
+
+    def describe(self) -> str:
+        if self.column:
+            return f"column {self.column!r}"
+        if self.file_pattern:
+            return f"file names matching {self.file_pattern!r}"
+        return "runner ingest --effective-date"
+
+
+@dataclass(frozen=True)
 class Entity:
-    """One source table being replicated."""
+    """One source table being replicated. ``mode`` is ``cdc`` (Files of changes, ordered by
+    ``sequence``, with an operation column) or ``snapshot`` (Files that are extracts of the
+    table: ``snapshot_kind`` full or delta, compared by key and row hashes; ``sequence`` and
+    ``operation_column`` are empty)."""
 
     name: str
     source: str
@@ -56,9 +79,22 @@ class Entity:
     csv_header: bool = True
     csv_delimiter: str = ","
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    snapshot_kind: str | None = None
+    compare: tuple[str, ...] = ()  # snapshot mode: the columns of the row hash, in order
+    effective_date: EffectiveDate | None = None
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
+
+    @property
+    def is_snapshot(self) -> bool:
+        return self.mode == "snapshot"
+
+    @property
+    def sequence_type(self) -> str:
+        """The type of the staged sequence: the declared sequence column's, or ``date`` (the
+        effective date) for a snapshot entity."""
+        return "date" if self.is_snapshot else self.column(self.sequence).data_type
 
 
 def _yaml_files(project: Project) -> list[Path]:
@@ -123,12 +159,13 @@ def _parse(
     name = str(table.get("name", ""))
     if not IDENTIFIER.match(name):
         errors.append(f"name must be a plain identifier, got {name!r}")
-    known = {"mode", "landing", "format", "keys", "sequence", "operation", "csv"}
-    for key in sorted(set(cdc) - known):
-        errors.append(f"unknown key meta.cdc.{key}; accepted: {sorted(known)}")
     mode = str(cdc.get("mode", "cdc"))
     if mode not in MODES:
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
+    known = {"mode", "landing", "format", "keys", "csv"}
+    known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"}
+    for key in sorted(set(cdc) - known):
+        errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
     landing_raw = cdc.get("landing")
     globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
     if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
@@ -171,27 +208,14 @@ def _parse(
     for key in keys:
         if key not in names:
             errors.append(f"key column {key!r} is not among the declared columns")
-    sequence = cdc.get("sequence")
-    if not sequence:
-        errors.append("meta.cdc.sequence (the column that orders changes) is required")
-    elif sequence not in names:
-        errors.append(f"sequence column {sequence!r} is not among the declared columns")
-    op = cdc.get("operation") or {}
-    op_column = str(op.get("column", "Op"))
-    preset = str(op.get("preset", "dms")).lower()
-    presets = {"dms": DMS_OPERATIONS, "debezium": DEBEZIUM_OPERATIONS}
-    if "values" in op:
-        operations = {str(k): str(v).upper() for k, v in (op.get("values") or {}).items()}
-    elif preset in presets:
-        operations = dict(presets[preset])
+    operations: dict[str, str] = {}
+    snapshot: dict[str, Any] = {}
+    if mode == "snapshot":
+        snapshot, snapshot_errors = _parse_snapshot(cdc, columns, keys)
+        errors.extend(snapshot_errors)
+        sequence, op_column = "", ""
     else:
-        errors.append(f"operation.preset {preset!r} unknown; accepted: {sorted(presets)}")
-        operations = {}
-    bad_ops = sorted({v for v in operations.values() if v not in ("I", "U", "D")})
-    if bad_ops:
-        errors.append(f"operation.values must map to I, U or D; got {bad_ops}")
-    if op_column not in names:
-        errors.append(f"operation column {op_column!r} is not among the declared columns")
+        sequence, op_column, operations = _parse_changes(cdc, names, errors)
     csv_opts = cdc.get("csv") or {}
     staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
     staging_table = str(table.get("identifier", name))
@@ -218,6 +242,122 @@ def _parse(
             csv_header=bool(csv_opts.get("header", True)),
             csv_delimiter=str(csv_opts.get("delimiter", ",")),
             meta=dict(cdc),
+            **snapshot,
         ),
         [],
     )
+
+
+def _parse_changes(
+    cdc: dict[str, Any], names: list[str], errors: list[str]
+) -> tuple[str, str, dict[str, str]]:
+    """Mode cdc: the sequence column, the operation column and its values."""
+    sequence = cdc.get("sequence")
+    if not sequence:
+        errors.append("meta.cdc.sequence (the column that orders changes) is required")
+    elif sequence not in names:
+        errors.append(f"sequence column {sequence!r} is not among the declared columns")
+    op = cdc.get("operation") or {}
+    op_column = str(op.get("column", "Op"))
+    preset = str(op.get("preset", "dms")).lower()
+    presets = {"dms": DMS_OPERATIONS, "debezium": DEBEZIUM_OPERATIONS}
+    if "values" in op:
+        operations = {str(k): str(v).upper() for k, v in (op.get("values") or {}).items()}
+    elif preset in presets:
+        operations = dict(presets[preset])
+    else:
+        errors.append(f"operation.preset {preset!r} unknown; accepted: {sorted(presets)}")
+        operations = {}
+    bad_ops = sorted({v for v in operations.values() if v not in ("I", "U", "D")})
+    if bad_ops:
+        errors.append(f"operation.values must map to I, U or D; got {bad_ops}")
+    if op_column not in names:
+        errors.append(f"operation column {op_column!r} is not among the declared columns")
+    return str(sequence or ""), op_column, operations
+
+
+SNAPSHOT_KEYS = {"snapshot_kind", "compare", "effective_date"}
+
+
+def _parse_snapshot(
+    cdc: dict[str, Any], columns: list[Column], keys: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Mode snapshot: the kind of extract, the compared columns and the effective date."""
+    errors: list[str] = []
+    names = [c.name for c in columns]
+    kind = str(cdc.get("snapshot_kind", ""))
+    if kind not in SNAPSHOT_KINDS:
+        errors.append(
+            f"snapshot_kind {kind or None!r}: required for mode snapshot, one of "
+            f"{list(SNAPSHOT_KINDS)} (full: a key missing from a File was deleted; delta: "
+            "a missing key is unchanged)"
+        )
+    effective = cdc.get("effective_date")
+    eff: EffectiveDate | None = None
+    if effective == "option":
+        eff = EffectiveDate(option=True)
+    elif isinstance(effective, dict) and len(set(effective) & {"column", "file_pattern"}) == 1:
+        unknown = set(effective) - {"column", "file_pattern", "format"}
+        if unknown:
+            errors.append(f"effective_date: unknown keys {sorted(unknown)}")
+        column = effective.get("column")
+        pattern = effective.get("file_pattern")
+        fmt = str(effective.get("format", "%Y-%m-%d"))
+        if column is not None:
+            if column not in names:
+                errors.append(f"effective_date column {column!r} is not among the declared columns")
+            elif next(c for c in columns if c.name == column).data_type != "date":
+                errors.append(f"effective_date column {column!r} must be declared data_type: date")
+            elif column in keys:
+                errors.append(f"effective_date column {column!r} cannot be a key column")
+        if pattern is not None:
+            try:
+                compiled = re.compile(str(pattern))
+            except re.error as exc:
+                errors.append(f"effective_date file_pattern {pattern!r}: {exc}")
+            else:
+                if compiled.groups < 1:
+                    errors.append(
+                        f"effective_date file_pattern {pattern!r} needs a group around the date"
+                    )
+        if "%" not in fmt:
+            errors.append(f"effective_date format {fmt!r} is not a strptime format")
+        eff = EffectiveDate(
+            column=str(column) if column is not None else None,
+            file_pattern=str(pattern) if pattern is not None else None,
+            format=fmt,
+        )
+    else:
+        errors.append(
+            "effective_date is required for mode snapshot: {column: <a date column>}, "
+            "{file_pattern: <regex with a group around the date>, format: '%Y-%m-%d'}, or "
+            "'option' (runner ingest --effective-date)"
+        )
+    non_keys = [n for n in names if n not in keys and (eff is None or n != eff.column)]
+    compare_raw = cdc.get("compare")
+    if compare_raw is None:
+        compare = non_keys
+    elif isinstance(compare_raw, list) and all(isinstance(c, str) for c in compare_raw):
+        compare = list(compare_raw)
+    elif isinstance(compare_raw, dict) and set(compare_raw) == {"exclude"}:
+        exclude = compare_raw["exclude"]
+        exclude = [exclude] if isinstance(exclude, str) else exclude
+        for col in exclude or []:
+            if col not in names:
+                errors.append(f"compare.exclude: {col!r} is not among the declared columns")
+        compare = [n for n in non_keys if n not in (exclude or [])]
+    else:
+        errors.append("compare must be a list of columns, or {exclude: [columns]}")
+        compare = non_keys
+    for col in compare:
+        if col not in names:
+            errors.append(f"compare: {col!r} is not among the declared columns")
+        elif col in keys:
+            errors.append(f"compare: {col!r} is a key column (keys are compared by the key hash)")
+    if not compare and not errors:
+        errors.append("compare: no column left to compare")
+    return {
+        "snapshot_kind": kind,
+        "compare": tuple(compare),
+        "effective_date": eff,
+    }, errors

@@ -236,7 +236,9 @@ def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path
         for _ in range(count):
             roll = rng.random()
             if roll < spec.delete_share and alive:
-                n = alive.pop(rng.randrange(len(alive)))
+                i = rng.randrange(len(alive))
+                alive[i], alive[-1] = alive[-1], alive[i]  # O(1): order of `alive` is free
+                n = alive.pop()
                 alive_set.discard(n)
                 deleted.append(n)
                 rows.append(row("D", n))
@@ -244,7 +246,9 @@ def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path
                 rows.append(row("U", alive[rng.randrange(len(alive))]))
             else:
                 if deleted and rng.random() < 0.1:
-                    n = deleted.pop(rng.randrange(len(deleted)))
+                    i = rng.randrange(len(deleted))
+                    deleted[i], deleted[-1] = deleted[-1], deleted[i]
+                    n = deleted.pop()
                 else:
                     n, next_key = next_key, next_key + 1
                 alive.append(n)
@@ -308,4 +312,147 @@ def synthetic_entity(name: str, key_columns: int, value_columns: int) -> Any:
         columns=tuple(Column(c["name"], c["data_type"]) for c in decl["columns"]),
         staging_schema="cdc",
         staging_table=decl["identifier"],
+    )
+
+
+# -- snapshot extracts (mode: snapshot) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotSpec:
+    """Daily full extracts, after the synthetic CDC data generator in the design notes: day 1
+    holds ``initial`` keys; each later day deletes ``delete_share`` of the previous day's keys,
+    updates ``update_share`` (new values in the compared columns), leaves the rest unchanged,
+    and adds new keys until the extract holds ``incremental`` rows."""
+
+    initial: int = 1000
+    incremental: int = 1000
+    days: int = 3
+    delete_share: float = 0.2
+    update_share: float = 0.4
+    seed: int = 7
+    start: datetime = datetime(2026, 3, 1)
+
+
+def snapshot_file_name(entity: Any, day: datetime) -> str:
+    """``<entity>_<yyyy-mm-dd>.csv``: what the sample's ``file_pattern`` reads."""
+    return f"{entity.name}_{day:%Y-%m-%d}.csv"
+
+
+def generate_snapshots(entity: Any, out_dir: Path, spec: SnapshotSpec) -> list[Path]:
+    """One full extract per day for a snapshot entity; deterministic for a seed. Rows of an
+    extract are in random order. A declared effective-date column holds the day."""
+    rng = random.Random(spec.seed)
+    columns = [c.name for c in entity.columns]
+    types = {c.name: c.data_type for c in entity.columns}
+    eff = entity.effective_date.column if entity.effective_date else None
+    compare = set(entity.compare)
+
+    def values(
+        n: int, day: datetime, old: dict[str, str] | None = None, update: bool = False
+    ) -> dict[str, str]:
+        """A new row, or ``old`` on a later day: the columns not compared (operational ones,
+        such as an extract time) change every day, the compared ones on an update."""
+        row = dict(old) if old else {}
+        for i, key in enumerate(entity.keys):
+            row[key] = _snapshot_key(rng, types[key], n, i) if old is None else old[key]
+        for c in columns:
+            if c == eff:
+                row[c] = f"{day:%Y-%m-%d}"
+            elif c not in entity.keys and (old is None or update or c not in compare):
+                row[c] = _value(rng, types[c], n)
+        return row
+
+    rows: dict[int, dict[str, str]] = {}
+    next_key = 1
+    written = []
+    for d in range(spec.days):
+        day = spec.start + timedelta(days=d)
+        if d == 0:
+            for _ in range(spec.initial):
+                rows[next_key] = values(next_key, day)
+                next_key += 1
+        else:
+            for n in list(rows):
+                roll = rng.random()
+                if roll < spec.delete_share:
+                    del rows[n]
+                else:
+                    update = roll < spec.delete_share + spec.update_share
+                    rows[n] = values(n, day, rows[n], update)
+            while len(rows) < spec.incremental:
+                rows[next_key] = values(next_key, day)
+                next_key += 1
+        order = list(rows)
+        rng.shuffle(order)
+        path = out_dir / snapshot_file_name(entity, day)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            w = csv.writer(handle, lineterminator="\n")
+            w.writerow(columns)
+            w.writerows([rows[n][c] for c in columns] for n in order)
+        written.append(path)
+    return written
+
+
+def _snapshot_key(rng: random.Random, data_type: str, n: int, i: int) -> str:
+    """A key part: numbered for numeric types, a UUID (as the design notes' generator) else."""
+    t = data_type.lower()
+    if t in ("bigint", "int", "integer") or t.startswith("decimal"):
+        return str(n * 100 + i)
+    import uuid
+
+    return str(uuid.UUID(int=rng.getrandbits(128)))
+
+
+def synthetic_snapshot_declaration(name: str, key_columns: int, value_columns: int) -> dict:
+    """A snapshot entity of ``key_columns`` UUID keys and ``value_columns`` non-key columns
+    (the design notes' generator), with full daily extracts named by their date."""
+    keys = [f"k{i + 1}" for i in range(key_columns)]
+    columns = [{"name": k, "data_type": "string"} for k in keys]
+    columns += [
+        {"name": f"c{i + 1}", "data_type": VALUE_TYPES[i % len(VALUE_TYPES)]}
+        for i in range(value_columns)
+    ]
+    return {
+        "name": name,
+        "identifier": f"{name}__staged",
+        "meta": {
+            "cdc": {
+                "mode": "snapshot",
+                "snapshot_kind": "full",
+                "landing": f"{name}/*.csv",
+                "format": "csv",
+                "keys": keys,
+                "effective_date": {"file_pattern": r"(\d{4}-\d{2}-\d{2})"},
+            }
+        },
+        "columns": columns,
+    }
+
+
+def synthetic_snapshot_entity(name: str, key_columns: int, value_columns: int) -> Any:
+    """The Entity of ``synthetic_snapshot_declaration``."""
+    from runner.entities import Column, EffectiveDate, Entity
+
+    decl = synthetic_snapshot_declaration(name, key_columns, value_columns)
+    cdc = decl["meta"]["cdc"]
+    cols = tuple(Column(c["name"], c["data_type"]) for c in decl["columns"])
+    return Entity(
+        name=name,
+        source="synthetic",
+        declared_in=Path("."),
+        mode="snapshot",
+        landing=(cdc["landing"],),
+        format="csv",
+        keys=tuple(cdc["keys"]),
+        sequence="",
+        operation_column="",
+        operations={},
+        columns=cols,
+        staging_schema="cdc",
+        staging_table=decl["identifier"],
+        snapshot_kind="full",
+        compare=tuple(c.name for c in cols if c.name not in cdc["keys"]),
+        effective_date=EffectiveDate(file_pattern=cdc["effective_date"]["file_pattern"]),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ def ingest(
     min_age_seconds: float = 0.0,
     settle_seconds: float = 0.0,
     progress: Progress | None = None,
+    effective_date: date | None = None,
 ) -> IngestResult:
 
     destination = destination_for(project)
@@ -105,7 +107,12 @@ def ingest(
         with phases.time("hash"):
             _register(db, entity, files, process_id, result, progress)
         with phases.time("stage"):
-            _Stager(spark, db, entity, process_id, destination, result, progress).pending()
+            stager = _Stager(spark, db, entity, process_id, destination, result, progress)
+            stager.effective_date = effective_date
+            stager.pending()
+            # An entity no File has arrived for still gets its (empty) staging table, so that
+            # `dbt build` can build its models.
+            stager.writer.ensure_table(spark, entity)
     return result
 
 
@@ -165,10 +172,20 @@ class _Stager:
         self.process_id, self.destination = process_id, destination
         self.writer = destination.writer()
         self.result, self.progress = result, progress
+        self.effective_date: date | None = None  # runner ingest --effective-date
 
     def pending(self) -> None:
         """Claim and stage the entity's PENDING Files."""
         db, entity, process_id = self.db, self.entity, self.process_id
+        eff = entity.effective_date
+        if eff is not None and eff.option and self.effective_date is None:
+            waiting = db.files(entity=entity.name, states=["PENDING"])
+            if waiting:
+                raise ConfigError(
+                    f"entity {entity.name}: {len(waiting)} File(s) wait for an effective date; "
+                    "give it with `runner ingest --effective-date YYYY-MM-DD` (or "
+                    "`--entity` to leave this entity out)"
+                )
         # Files that were in flight when a run died are staged alone first: if one of them
         # kills the process again, that lapse is pinned on it (and it ends FAILED).
         suspects = [f.id for f in db.files(entity=entity.name, states=["PENDING"]) if f.lapses]
@@ -195,6 +212,7 @@ class _Stager:
                 self.process_id,
                 self.writer,
                 self.destination.file_identity,
+                self.effective_date,
             )
         except Exception as exc:  # decided below, per File
             one = files[0] if len(files) == 1 else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from audit import AuditDB
@@ -105,6 +106,7 @@ def run(
     settle_seconds: float = 0.0,
     dbt_args: list[str] | None = None,
     progress: Progress | None = None,
+    effective_date: date | None = None,
 ) -> RunResult:
     ingested = ingest(
         project,
@@ -116,6 +118,7 @@ def run(
         min_age_seconds=min_age_seconds,
         settle_seconds=settle_seconds,
         progress=progress,
+        effective_date=effective_date,
     )
     phases = ingested.phases
     ok, error = dbt_build(project, process_id, dbt_args, phases)

@@ -45,9 +45,10 @@ def test_a_new_lineage_column_is_one_entry_in_the_contract(cli_project) -> None:
 
     contract = root / "macros" / "common" / "contract.sql"
     text = contract.read_text()
-    last = '"on": "snapshot"},\n      },\n'
-    assert text.count(last) == 1
-    contract.write_text(text.replace(last, '"on": "snapshot"},\n' + NEW_ENTRY + "      },\n"))
+    # The end of the lineage map: its last entry, then the map's closing brace.
+    end = '},\n      },\n      "state_tables"'
+    assert text.count(end) == 1
+    contract.write_text(text.replace(end, "},\n" + NEW_ENTRY + '      },\n      "state_tables"'))
     changed = [d for name in SHIPPED for d in _differing(REPO / name, root / name, f"{name}/")]
     assert changed == ["macros/common/contract.sql"], changed
 

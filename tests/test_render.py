@@ -200,13 +200,14 @@ def test_databricks_apply_parses_and_runs_on_local_spark(render_project: Path, s
             "staged_at": "timestamp",
             "applied_at": "timestamp",
             "deleted_at": "timestamp",
+            "effective_date": "date",
         }
         cols = ", ".join(f"{c} {ddl_types.get(c, 'string')}" for c in spec["columns"])
         spark.sql(f"create table render_dbx.{spec['identifier']} ({cols}) using iceberg")
     spark.sql(
         f"insert into render_dbx.{st['staged_files']['identifier']} values "
-        "('customers', 'h1', 'f1.csv', 'p1', 4, current_timestamp()),"
-        "('customers', 'h2', 'f2.csv', 'p1', 0, current_timestamp())"
+        "('customers', 'h1', 'f1.csv', 'p1', 4, current_timestamp(), null),"
+        "('customers', 'h2', 'f2.csv', 'p1', 0, current_timestamp(), null)"
     )
     staged = [  # (key, name, op, seq, row): k1 updated twice, k2 stale, k3 inserted then deleted
         (1, "new", "U", "s10", 1),

@@ -21,6 +21,7 @@
     second apply in one session, or after a failed script whose temp tables outlived it (the
     emulator keeps them), must be able to create them again. -#}
 {% macro bigquery_script(statements, target) %}
+  {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- set drops = [] -%}
   {%- for suffix in ['files', 'batch'] -%}
     {%- do drops.append('drop table if exists ' ~ cdc.scratch_relation(target, suffix)) -%}

@@ -27,7 +27,8 @@
 
 {#- The staged lineage columns an apply model must pass through, in the contract's order. -#}
 {% macro lineage_select(relation_alias=none) %}
-  {%- for col in cdc.lineage_on('staged') -%}
+  {%- set mode = cdc.entity_settings(cdc.apply_entity()).get('mode', 'cdc') if execute else 'cdc' -%}
+  {%- for col in cdc.lineage_on('staged', mode) -%}
     {{ (relation_alias ~ '.') if relation_alias }}{{ adapter.quote(col.name) }}{{ ',\n    ' if not loop.last }}
   {%- endfor -%}
 {%- endmacro %}
@@ -56,6 +57,21 @@
   {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('apply', false) -%}
   {%- if declared is not sameas true and declared is not sameas false -%}
     {{ exceptions.raise_compiler_error("model " ~ model.name ~ ": meta.cdc.apply must be true or false, got " ~ declared) }}
+  {%- endif -%}
+  {{ return(declared) }}
+{% endmacro %}
+
+{#- A history apply model keeps every version of each key instead of the current row:
+      config:
+        meta:
+          cdc: {apply: true, history: true}
+    Its rows carry the contract's "history" columns (valid_from, valid_to, closed_process_id).
+    Snapshot entities only, for now (macros/apply/snapshot.sql). -#}
+{% macro is_history_model() %}
+  {%- if model is not defined or model.resource_type != 'model' -%}{{ return(false) }}{%- endif -%}
+  {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('history', false) -%}
+  {%- if declared is not sameas true and declared is not sameas false -%}
+    {{ exceptions.raise_compiler_error("model " ~ model.name ~ ": meta.cdc.history must be true or false, got " ~ declared) }}
   {%- endif -%}
   {{ return(declared) }}
 {% endmacro %}
@@ -117,4 +133,13 @@
 {% macro apply_keys() %}
   {%- set key = config.get('unique_key') -%}
   {{ return([key] if key is string else key) }}
+{% endmacro %}
+
+{#- The meta.cdc settings of the entity (a source table) named `name`: mode, snapshot_kind, ... -#}
+{% macro entity_settings(name) %}
+  {%- for node in graph.sources.values() if node.name == name -%}
+    {%- set meta = (node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc') -%}
+    {%- if meta -%}{{ return(meta) }}{%- endif -%}
+  {%- endfor -%}
+  {{ return({}) }}
 {% endmacro %}

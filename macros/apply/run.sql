@@ -2,6 +2,9 @@
 
 {% macro model_apply_statements(target, source) %}
   {%- do cdc.create_state_tables() -%}
+  {%- if not cdc.has_waiting_files(cdc.apply_entity(), cdc.target_name()) -%}
+    {{ return([cdc.nothing_to_apply_sql()]) }}
+  {%- endif -%}
   {%- set columns = adapter.get_columns_in_relation(target) -%}
   {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name())) }}
 {% endmacro %}
@@ -34,6 +37,30 @@
   {%- else -%}
     {%- set statements = cdc.create_then_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
+  {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- do statements.append('drop table if exists ' ~ cdc.scratch_relation(target, 'batch')) -%}
   {{ return(cdc.run_all_but_last(statements)) }}
+{% endmacro %}
+
+{#- Does any staged File of `entity` lack a marker for this target? One small query over the
+    manifest and the markers; when none does, the apply is one no-op statement instead of its
+    scratch tables, MERGEs and markers insert (a `dbt build` with nothing new stays cheap). -#}
+{% macro has_waiting_files(entity, target_name) %}
+  {%- if not execute -%}{{ return(true) }}{%- endif -%}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    select count(*) as cdc_waiting
+    from {{ cdc.state_relation('staged_files') }} as cdc_files
+    where cdc_files.{{ q('entity') }} = {{ cdc.sql_string(entity) }}
+      and cdc_files.{{ q('file_hash') }} not in (
+        select cdc_markers.{{ q('file_hash') }} from {{ cdc.state_relation('applied_files') }} as cdc_markers
+        where cdc_markers.{{ q('target_table') }} = {{ cdc.sql_string(target_name) }}
+      )
+  {%- endset -%}
+  {%- set waiting = run_query(sql).columns[0].values()[0] -%}
+  {{ return(waiting | int > 0) }}
+{% endmacro %}
+
+{% macro nothing_to_apply_sql() %}
+  {{ return('select 1 as cdc_nothing_to_apply') }}
 {% endmacro %}

@@ -23,6 +23,9 @@
 
 {% macro apply_statements(target, source, columns, keys, entity, target_name) %}
   {%- set ctx = cdc._apply_context(target, source, columns, keys, entity, target_name) -%}
+  {%- if ctx.mode == 'snapshot' -%}
+    {{ return(cdc.apply_snapshot_statements(ctx)) }}
+  {%- endif -%}
   {%- set statements = [] -%}
   {%- for sql in [
       cdc.apply_lock_sql(ctx),
@@ -46,8 +49,10 @@
   {%- set by_name = {} -%}
   {%- for c in columns -%}{%- do by_name.update({c.name | lower: c}) -%}{%- endfor -%}
   {%- set lin = cdc.lineage_columns() -%}
+  {%- set settings = cdc.entity_settings(entity) -%}
+  {%- set mode = settings.get('mode', 'cdc') -%}
   {%- set required = [] -%}
-  {%- for col in cdc.lineage_on('staged') -%}{%- do required.append(col.name) -%}{%- endfor -%}
+  {%- for col in cdc.lineage_on('staged', mode) -%}{%- do required.append(col.name) -%}{%- endfor -%}
   {%- for required_name in required + (keys | map('lower') | list) -%}
     {%- if required_name | lower not in by_name -%}
       {{ exceptions.raise_compiler_error(
@@ -56,7 +61,14 @@
     {%- endif -%}
   {%- endfor -%}
   {%- set applied = cdc.lineage_on('applied') -%}
-  {%- set applied_names = applied | map(attribute='name') | list -%}
+  {%- set history = cdc.is_history_model() -%}
+  {%- if history and mode != 'snapshot' -%}
+    {{ exceptions.raise_compiler_error(
+        "model " ~ target_name ~ ": meta.cdc.history is for snapshot entities (mode: snapshot); the history "
+        ~ "of a change entity is a dbt snapshot of its table (see snapshots/customers_history.yml)") }}
+  {%- endif -%}
+  {%- set written = cdc.lineage_on('applied') + cdc.lineage_on('history') -%}
+  {%- set applied_names = written | map(attribute='name') | list -%}
   {%- set invocation = cdc.sql_string(invocation_id) -%}
   {%- set now = cdc.now_utc() -%}
   {%- set applied_values = {'invocation_id': invocation, 'applied_at': now} -%}
@@ -74,14 +86,22 @@
   {%- for k in keys -%}{%- do quoted_keys.append(q(by_name[k | lower].name)) -%}{%- endfor -%}
   {%- set model_columns = [] -%}
   {%- for c in columns if (c.name | lower) not in applied_names -%}{%- do model_columns.append(q(c.name)) -%}{%- endfor -%}
+  {%- set current = target -%}
+  {%- if history -%}
+    {%- set current = '(select * from ' ~ target ~ ' where ' ~ q(lin.valid_to) ~ ' is null)' -%}
+  {%- endif -%}
   {{ return({
       'target': target,
+      'current': current,
+      'history': history,
       'source': source,
       'key_columns': quoted_keys,
       'model_columns': model_columns,
       'applied_set': applied_set,
       'lin': quoted_lin,
       'sequence_type': by_name[lin.sequence].data_type,
+      'mode': mode,
+      'kind': settings.get('snapshot_kind'),
       'entity': cdc.sql_string(entity),
       'this_table': cdc.sql_string(target_name),
       'target_name': target_name,
@@ -332,11 +352,17 @@
   {%- endfor -%}
 {% endmacro %}
 
-{#- The select that creates an apply model's table empty, with the apply-only columns. -#}
+{#- The select that creates an apply model's table empty, with the apply-only columns (and a
+    history model's validity columns, typed as the sequence). -#}
 {% macro empty_target_select(sql) %}
+  {%- set seq = 'cdc_model.' ~ adapter.quote(cdc.lineage_columns().sequence) -%}
   select cdc_model.*
-    {%- for col in cdc.lineage_on('applied') %},
+    {%- for col in cdc.lineage_on('applied') + (cdc.lineage_on('history') if cdc.is_history_model() else []) %},
+    {%- if col.type == 'sequence' %}
+    nullif({{ seq }}, {{ seq }}) as {{ adapter.quote(col.name) }}  {#- NULL, typed as the sequence #}
+    {%- else %}
     cast(null as {{ cdc.contract_type(col.type) }}) as {{ adapter.quote(col.name) }}
+    {%- endif %}
     {%- endfor %}
   from (
     {{ sql }}

@@ -9,8 +9,15 @@
                    operation, sequence, process_id, file_hash, file_name, file_path, row_number,
                    ingested_at), passed through by the apply model (cdc.lineage_select());
     on "applied":  filled by the apply on target rows (invocation_id, applied_at);
-    on "snapshot": filled by the history snapshots that ask for process ids.
-    Types: string, bigint, timestamp, or "sequence" (the entity's declared sequence type).
+    on "snapshot": filled by the history snapshots that ask for process ids;
+    on "history":  filled by the apply on the rows of a history apply model (meta.cdc.history):
+                   each row is one version, valid from its sequence (valid_from) until the
+                   next version's or the delete's (valid_to, NULL while current), with the
+                   process id that closed it (closed_process_id).
+    Types: string, bigint, timestamp, date, or "sequence" (the entity's declared sequence
+    type; for a snapshot entity, date: the File's effective date). "modes" (optional, default
+    all): the entity modes whose rows carry the column (cdc, snapshot); the key and row hashes
+    are on snapshot rows only (runner/staging/row_hash.py documents them).
     Adding a column is one entry here; append, never reorder or rename.
   state_tables: the framework's tables, in the one state schema (cdc.state_schema()): columns
     in order with their types, and the key each row is unique by (enforced where the
@@ -32,12 +39,18 @@
           "snapshot_update_process_id": {"name": "_cdc_update_process_id", "type": "string", "on": "snapshot"},
           "snapshot_inserted_at": {"name": "_cdc_snapshot_inserted_at", "type": "timestamp", "on": "snapshot"},
           "snapshot_updated_at": {"name": "_cdc_snapshot_updated_at", "type": "timestamp", "on": "snapshot"},
+          "key_hash": {"name": "_cdc_key_hash", "type": "string", "on": "staged", "modes": ["snapshot"]},
+          "row_hash": {"name": "_cdc_row_hash", "type": "string", "on": "staged", "modes": ["snapshot"]},
+          "valid_from": {"name": "_cdc_valid_from", "type": "sequence", "on": "history"},
+          "valid_to": {"name": "_cdc_valid_to", "type": "sequence", "on": "history"},
+          "closed_process_id": {"name": "_cdc_closed_process_id", "type": "string", "on": "history"},
       },
       "state_tables": {
           "staged_files": {
               "identifier": "cdc_staged_files",
               "columns": {"entity": "string", "file_hash": "string", "file_name": "string",
-                          "process_id": "string", "staged_rows": "bigint", "staged_at": "timestamp"},
+                          "process_id": "string", "staged_rows": "bigint", "staged_at": "timestamp",
+                          "effective_date": "date"},
               "key": ["entity", "file_hash"],
           },
           "applied_files": {
@@ -68,11 +81,11 @@
   {{ return(out) }}
 {% endmacro %}
 
-{#- The lineage columns filled at one step ("staged", "applied", "snapshot"), in order:
-    a list of {key, name, type}. -#}
-{% macro lineage_on(step) %}
+{#- The lineage columns filled at one step ("staged", "applied", "snapshot", "history") on rows of an entity
+    of `mode` ("cdc", "snapshot"), in order: a list of {key, name, type}. -#}
+{% macro lineage_on(step, mode='cdc') %}
   {%- set out = [] -%}
-  {%- for key, col in cdc.contract().lineage.items() if col.on == step -%}
+  {%- for key, col in cdc.contract().lineage.items() if col.on == step and mode in col.get('modes', ['cdc', 'snapshot']) -%}
     {%- do out.append({"key": key, "name": col.name, "type": col.type}) -%}
   {%- endfor -%}
   {{ return(out) }}
@@ -88,6 +101,7 @@
   {%- if name == 'string' -%}{{ return(dbt.type_string()) }}
   {%- elif name == 'bigint' -%}{{ return(dbt.type_bigint()) }}
   {%- elif name == 'timestamp' -%}{{ return(dbt.type_timestamp()) }}
+  {%- elif name == 'date' -%}{{ return('date') }}
   {%- elif name == 'sequence' and sequence_type -%}{{ return(sequence_type) }}
   {%- endif -%}
   {{ exceptions.raise_compiler_error("cdc contract: no type " ~ name ~ " here") }}

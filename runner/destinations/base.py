@@ -7,8 +7,8 @@ branches on the target type.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -40,15 +40,15 @@ class StagedBatch:
     counts: dict[str, int]  # content hash -> rows
     process_id: str
     staged_at: datetime
+    effective_dates: dict[str, date] = field(default_factory=dict)  # snapshot: hash -> date
 
 
 def staged_types(entity: Entity) -> dict[str, str]:
     """Every column of a staged row -> its Spark SQL type, in order: the entity's declared
     columns, then the contract's staged lineage columns (a destination maps these types)."""
-    declared = {c.name: c.data_type for c in entity.columns}
-    out = dict(declared)
-    for col in lineage_on("staged"):
-        out[col.name] = declared[entity.sequence] if col.type == "sequence" else col.type
+    out = {c.name: c.data_type for c in entity.columns}
+    for col in lineage_on("staged", entity.mode):
+        out[col.name] = entity.sequence_type if col.type == "sequence" else col.type
     return out
 
 
@@ -65,6 +65,7 @@ def manifest_rows(batch: StagedBatch) -> list[dict[str, Any]]:
             "process_id": batch.process_id,
             "staged_rows": batch.counts.get(f.content_hash, 0),
             "staged_at": batch.staged_at,
+            "effective_date": batch.effective_dates.get(f.content_hash),
         }
         missing = [c for c in spec.columns if c not in values]
         if missing:
@@ -83,6 +84,11 @@ class StagingWriter:
     forbidden_characters: ClassVar[dict[str, str]] = {}
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def ensure_table(self, spark: SparkSession, entity: Entity) -> None:  # pragma: no cover
+        """Create the entity's staging table, empty, when it is missing: so that `dbt build`
+        works for an entity no File has arrived for yet."""
         raise NotImplementedError
 
 

@@ -34,6 +34,8 @@ from runner.errors import ConfigError, IntegrityError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from runner.entities import Entity
+
 SIMPLE_TYPES = {
     "string": "STRING",
     "boolean": "BOOL",
@@ -176,6 +178,15 @@ class BigQueryWriter(StagingWriter):
     def schema(self, batch: StagedBatch) -> list[Any]:
         return schema_fields(staged_types(batch.entity))
 
+    def ensure_table(self, spark: SparkSession, entity: Entity) -> None:
+        from google.cloud import bigquery
+
+        dest = self.destination
+        dest.create_dataset(entity.staging_schema)
+        table_id = f"{dest.gcp_project}.{entity.staging_schema}.{entity.staging_table}"
+        schema = schema_fields(staged_types(entity))
+        dest.client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
+
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
         columns = list(staged_types(entity))
@@ -256,9 +267,13 @@ class BigQueryWriter(StagingWriter):
         cols = list(spec.columns)
         dest.create_dataset(dataset)
         table_id = f"{project}.{dataset}.{spec.identifier}"
-        client.create_table(
-            bigquery.Table(table_id, schema=schema_fields(spec.columns)), exists_ok=True
-        )
+        fields = schema_fields(spec.columns)
+        existing = client.create_table(bigquery.Table(table_id, schema=fields), exists_ok=True)
+        have = {f.name.lower() for f in existing.schema}
+        missing = [f for f in fields if f.name.lower() not in have]
+        if missing:  # a table made by an earlier version gains the columns appended since
+            existing.schema = [*existing.schema, *missing]
+            client.update_table(existing, ["schema"])
         table = bq_name(project, dataset, spec.identifier)
         params: list[Any] = []
         rows = []

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.contract import lineage_columns, state_table
+from runner.contract import column, lineage_columns, state_table
 from runner.destinations.base import (
     Destination,
     StagedBatch,
@@ -26,6 +26,8 @@ from runner.errors import ConfigError, IntegrityError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from runner.entities import Entity
 
 SIMPLE_TYPES = {
     "string": "text",
@@ -130,6 +132,15 @@ class PostgresWriter(StagingWriter):
         self.scratch_dir = scratch_dir
         self.state_schema = state_schema
 
+    def ensure_table(self, spark: SparkSession, entity: Entity) -> None:
+        conn = connect(self.target)
+        try:
+            with conn, conn.cursor() as cur:
+                for stmt in staging_table_ddl(entity):
+                    cur.execute(stmt)
+        finally:
+            conn.close()
+
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
         types = {name: pg_type(t) for name, t in staged_types(entity).items()}
@@ -165,16 +176,8 @@ class PostgresWriter(StagingWriter):
         conn = connect(self.target)
         try:
             with conn, conn.cursor() as cur:
-                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {q(schema)}")
-                cur.execute(
-                    f"CREATE TABLE IF NOT EXISTS {q(schema, table)} ("
-                    + ", ".join(f"{q(c.lower())} {types[c]}" for c in columns)
-                    + ")"
-                )
-                cur.execute(
-                    f"CREATE INDEX IF NOT EXISTS {q(table + '__by_file')} "
-                    f"ON {q(schema, table)} ({q(lineage['file_hash'])})"
-                )
+                for stmt in staging_table_ddl(entity):
+                    cur.execute(stmt)
                 for stmt in state_table_ddl(self.state_schema, "staged_files"):
                     cur.execute(stmt)
                 cur.execute(
@@ -211,6 +214,20 @@ class PostgresWriter(StagingWriter):
             conn.close()
 
 
+def staging_table_ddl(entity: Entity) -> list[str]:
+    """CREATE statements for an entity's staging table, with an index on the File's hash."""
+    schema, table = entity.staging_schema, entity.staging_table
+    types = {name: pg_type(t) for name, t in staged_types(entity).items()}
+    return [
+        f"CREATE SCHEMA IF NOT EXISTS {q(schema)}",
+        f"CREATE TABLE IF NOT EXISTS {q(schema, table)} ("
+        + ", ".join(f"{q(c.lower())} {t}" for c, t in types.items())
+        + ")",
+        f"CREATE INDEX IF NOT EXISTS {q(table + '__by_file')} "
+        f"ON {q(schema, table)} ({q(column('file_hash'))})",
+    ]
+
+
 def state_table_ddl(schema: str, name: str) -> list[str]:
     """CREATE statements for one state table, from the contract: the schema, the table, and a
     unique index on its key (PostgreSQL enforces what the other destinations only declare).
@@ -220,6 +237,11 @@ def state_table_ddl(schema: str, name: str) -> list[str]:
     out = [
         f"CREATE SCHEMA IF NOT EXISTS {q(schema)}",
         f"CREATE TABLE IF NOT EXISTS {q(schema, spec.identifier)} ({cols})",
+    ]
+    # A table made by an earlier version gains the columns the contract appended since.
+    out += [
+        f"ALTER TABLE {q(schema, spec.identifier)} ADD COLUMN IF NOT EXISTS {q(c)} {pg_type(t)}"
+        for c, t in spec.columns.items()
     ]
     if spec.key:
         out.append(

@@ -19,11 +19,14 @@ from runner.destinations.base import (
     StagedBatch,
     StagingWriter,
     manifest_rows,
+    staged_types,
 )
 from runner.errors import ConfigError, IntegrityError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from runner.entities import Entity
 
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -124,6 +127,18 @@ class SparkTableWriter(StagingWriter):
             )
         self._manifest(spark, batch)
 
+    def ensure_table(self, spark: SparkSession, entity: Entity) -> None:
+        table, plain = self._name(entity.staging_schema, entity.staging_table)
+        if spark.catalog.tableExists(plain):
+            return
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(entity.staging_schema)[0]}")
+        # As staging writes them: char(n) and varchar(n) values are Spark strings.
+        types = {
+            c: re.sub(r"^(var)?char\(\d+\)$", "string", t) for c, t in staged_types(entity).items()
+        }
+        schema = ", ".join(f"`{c}` {t}" for c, t in types.items())
+        spark.createDataFrame([], schema).writeTo(table).using(self.table_format).create()
+
     def _last_commit(self, spark: SparkSession, table: str) -> tuple[int, str] | None:
         """(commit id, rows it added) of the table's newest commit."""
         if self.table_format == "delta":
@@ -153,6 +168,12 @@ class SparkTableWriter(StagingWriter):
         new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
         if not spark.catalog.tableExists(plain):
             new.limit(0).writeTo(table).using(self.table_format).create()
+        else:  # a table made by an earlier version gains the columns appended since
+            have = {c.lower() for c in spark.table(plain).columns}
+            missing = [c for c in cols if c.lower() not in have]
+            if missing:
+                added = ", ".join(f"`{c}` {spec.columns[c]}" for c in missing)
+                spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
         view = "__cdc_new_staged_files"
         new.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)

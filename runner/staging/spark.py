@@ -24,7 +24,7 @@ is read by many tasks; a File with such records is read whole (``multiLine``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns, lineage_on
@@ -32,6 +32,7 @@ from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile
+from runner.staging.row_hash import hash_of
 from runner.staging.validate import read_header, scan_text_file
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ RAW = "__raw__"
 FIRST_ID = "__first_id"
 OFFSET = "__offset"
 H1, H2 = "__h1", "__h2"
+EFFECTIVE = "__value_effective_date"
 CSV_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
 
 
@@ -66,14 +68,24 @@ def stage_entity(
     process_id: str,
     writer: StagingWriter,
     file_identity: str = "input_file_name",
+    effective_date: date | None = None,
 ) -> StageResult:
     """Validate and stage ``files``; bad Files are reported, never partly written.
 
     ``file_identity`` is how a row names its File: ``input_file_name`` or ``metadata`` (the
-    ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog)."""
+    ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog).
+    ``effective_date`` is `runner ingest --effective-date`, for snapshot entities that take it."""
     result = StageResult()
     groups: dict[tuple[tuple[str, ...], bool], list[FileToStage]] = {}
+    dates: dict[int, date] = {}
     for f in files:
+        if entity.is_snapshot:
+            when, problem = file_effective_date(entity, f.path.name, effective_date)
+            if problem:
+                result.quarantined[f.file_id] = f"{f.path.name}: {problem}"
+                continue
+            if when is not None:
+                dates[f.file_id] = when
         header, problem = read_header(f.path, entity)
         whole = False
         if not problem and entity.format != "parquet":
@@ -102,6 +114,7 @@ def stage_entity(
                 result,
                 writer,
                 file_identity,
+                dates,
             )
     finally:
         if pruning is None:
@@ -109,6 +122,38 @@ def stage_entity(
         else:
             spark.conf.set(CSV_PRUNING, pruning)
     return result
+
+
+def file_effective_date(
+    entity: Entity, name: str, given: date | None
+) -> tuple[date | None, str | None]:
+    """(a snapshot File's effective date, or None when its rows hold it; a problem, or None)."""
+    eff = entity.effective_date
+    assert eff is not None
+    if eff.option:
+        if given is None:
+            raise ConfigError(
+                f"entity {entity.name} takes each File's effective date from "
+                "`runner ingest --effective-date YYYY-MM-DD`, and none was given"
+            )
+        return given, None
+    if eff.file_pattern:
+        import re
+
+        m = re.search(eff.file_pattern, name)
+        if m is None:
+            return None, (
+                f"the file name does not match effective_date file_pattern {eff.file_pattern!r}"
+            )
+        text = m.group("date") if "date" in m.re.groupindex else m.group(1)
+        try:
+            return datetime.strptime(text, eff.format).date(), None
+        except ValueError:
+            return None, (
+                f"{text!r} in the file name is not a date in the format {eff.format!r} "
+                "(effective_date file_pattern)"
+            )
+    return None, None
 
 
 def _read(
@@ -174,6 +219,8 @@ def _staged_lineage(rows: DataFrame, entity: Entity) -> list[Column]:
 
     lineage = lineage_columns()
     values = {
+        "key_hash": F.col(lineage["key_hash"]),
+        "row_hash": F.col(lineage["row_hash"]),
         "operation": F.col(lineage["operation"]),
         "sequence": F.col(lineage["sequence"]),
         "process_id": F.col(lineage["process_id"]),
@@ -184,7 +231,7 @@ def _staged_lineage(rows: DataFrame, entity: Entity) -> list[Column]:
         "file_path": F.col(FILE_VALUES[2]),
     }
     out = []
-    for col in lineage_on("staged"):
+    for col in lineage_on("staged", entity.mode):
         if col.key not in values:
             raise ConfigError(
                 f"contract.sql: staged lineage column {col.name!r} is filled from {col.key!r}, "
@@ -214,11 +261,15 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
         else "wrong number of fields for the header"
     )
     checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
+    eff = entity.effective_date
     for col in entity.columns:
         raw_col = F.col(RAW + col.name)
         if col.name in entity.keys or col.name == entity.sequence:
+            what = "a key" if entity.is_snapshot else "a key or sequence"
+            checks.append(F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in {what}")))
+        elif eff is not None and col.name == eff.column:
             checks.append(
-                F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in a key or sequence"))
+                F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date"))
             )
         if col.data_type not in ("string",):
             checks.append(
@@ -240,6 +291,8 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
                         F.lit(f"column {col.name!r}: {why}"),
                     )
                 )
+    if entity.is_snapshot:
+        return F.coalesce(*checks)
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
         F.when(
@@ -272,6 +325,9 @@ class _FileStats:
     first_bad: int | None = None  # id of the File's first bad row
     duplicates: int = 0  # rows dropped as exact duplicates of an earlier row
     conflict: tuple[int, int] | None = None  # ids of two rows of one conflict
+    # snapshot Files whose rows hold the effective date: (lowest, its id), (highest, its id)
+    date_low: tuple[date, int] | None = None
+    date_high: tuple[date, int] | None = None
 
     @property
     def read(self) -> int:
@@ -304,16 +360,21 @@ def _scan_stats(
 
     business = [c.name for c in entity.columns]
     keys = [f"__k{i}" for i in range(len(entity.keys))]
+    eff = entity.effective_date
+    snapshot = entity.is_snapshot
     rows = typed.select(
         FILE_URI,
         BLOCK,
         ID,
         _error(entity, writer).isNotNull().alias("__bad"),
         *[F.col(k).alias(a) for k, a in zip(entity.keys, keys, strict=True)],
-        F.col(entity.sequence).alias("__seq"),
+        (F.lit(None) if snapshot else F.col(entity.sequence)).alias("__seq"),
         F.xxhash64(*[F.col(c) for c in business]).alias(H1),
         F.hash(*[F.col(c) for c in business]).alias(H2),
+        (F.col(eff.column) if eff and eff.column else F.lit(None).cast("date")).alias("__eff"),
     )
+    # In a snapshot File a key is on one row: two rows of a key conflict even when equal.
+    differ = "true" if snapshot else f"min({H1}) <> max({H1}) OR min({H2}) <> max({H2})"
     view = f"__cdc_stage_{id(rows)}"
     rows.createOrReplaceTempView(view)
     try:
@@ -326,7 +387,9 @@ def _scan_stats(
                 SELECT {FILE_URI} AS f, {BLOCK} AS b, grouping({BLOCK}) AS by_key,
                     count(*) AS n, min({ID}) AS first_id, max({ID}) AS last_id,
                     count_if(__bad) AS bad, min(CASE WHEN __bad THEN {ID} END) AS first_bad,
-                    min({H1}) <> max({H1}) OR min({H2}) <> max({H2}) AS differ
+                    {differ} AS differ,
+                    min(__eff) AS eff_low, min_by({ID}, __eff) AS eff_low_id,
+                    max(__eff) AS eff_high, max_by({ID}, __eff) AS eff_high_id
                 FROM {view}
                 GROUP BY GROUPING SETS (
                     ({FILE_URI}, {BLOCK}), ({FILE_URI}, __bad, {", ".join(keys)}, __seq))
@@ -335,6 +398,8 @@ def _scan_stats(
             SELECT f, by_key, CASE WHEN by_key = 0 THEN b END AS b,
                 sum(n) AS n, min(first_id) AS first_id, sum(bad) AS bad,
                 min(first_bad) AS first_bad,
+                min(eff_low) AS eff_low, min_by(eff_low_id, eff_low) AS eff_low_id,
+                max(eff_high) AS eff_high, max_by(eff_high_id, eff_high) AS eff_high_id,
                 sum(CASE WHEN NOT differ THEN n - 1 ELSE 0 END) AS duplicates,
                 min(CASE WHEN differ THEN first_id END) AS conflict_first,
                 min_by(last_id, CASE WHEN differ THEN first_id END) AS conflict_last
@@ -349,6 +414,16 @@ def _scan_stats(
         if r["by_key"] == 0:
             st.blocks[int(r["b"])] = (int(r["n"]), int(r["first_id"]))
             st.bad += int(r["bad"])
+            if r["eff_low"] is not None:
+                low, high = (
+                    (r["eff_low"], int(r["eff_low_id"])),
+                    (
+                        r["eff_high"],
+                        int(r["eff_high_id"]),
+                    ),
+                )
+                st.date_low = min(st.date_low or low, low, key=lambda d: d[0])
+                st.date_high = max(st.date_high or high, high, key=lambda d: d[0])
         elif r["conflict_first"] is not None:
             st.conflict = (int(r["conflict_first"]), int(r["conflict_last"]))
         if r["by_key"] != 0:
@@ -393,6 +468,7 @@ def _stage_group(
     result: StageResult,
     writer: StagingWriter,
     file_identity: str,
+    dates: dict[int, date],
 ) -> None:
     from pyspark.sql import functions as F
 
@@ -414,6 +490,10 @@ def _stage_group(
         for uri, st in stats.items()
         if st.first_bad is not None or st.conflict is not None
     }
+    eff = entity.effective_date
+    for uri, st in stats.items():  # snapshot Files whose rows hold the effective date
+        if st.date_low and st.date_high and st.date_low[0] != st.date_high[0]:
+            named.setdefault(uri, []).extend([st.date_low[1], st.date_high[1]])
     rows_named = _explain(typed, entity, writer, named) if named else {}
     bad: dict[int, str] = {}
     for uri, st in stats.items():
@@ -426,10 +506,32 @@ def _stage_group(
             row = rows_named[(uri, st.conflict[0])]
             names = ", ".join(f"{k}={row[k]}" for k in entity.keys)
             first, second = sorted(st.row_number(i) for i in st.conflict)
+            if entity.is_snapshot:
+                bad[f.file_id] = (
+                    f"{_at(entity, second)}: same key ({names}) as {_at(entity, first)}; "
+                    "a snapshot File has one row per key"
+                )
+            else:
+                bad[f.file_id] = (
+                    f"{_at(entity, second)}, column {entity.sequence!r}: conflicts with "
+                    f"{_at(entity, first)}: same key ({names}) and same sequence, different values"
+                )
+        elif st.date_low and st.date_high and st.date_low[0] != st.date_high[0]:
+            assert eff is not None and eff.column is not None
+            (low, low_id), (high, high_id) = st.date_low, st.date_high
+            a, b = sorted([(st.row_number(low_id), low), (st.row_number(high_id), high)])
             bad[f.file_id] = (
-                f"{_at(entity, second)}, column {entity.sequence!r}: conflicts with "
-                f"{_at(entity, first)}: same key ({names}) and same sequence, different values"
+                f"{_at(entity, b[0])}, column {eff.column!r}: effective date {b[1]} differs from "
+                f"{a[1]} at {_at(entity, a[0])}; a snapshot File has one effective date"
             )
+        elif st.date_low is not None:
+            dates[f.file_id] = st.date_low[0]
+    if eff is not None and eff.column:
+        for f in files:
+            if f.file_id not in dates and f.file_id not in bad:
+                bad[f.file_id] = (
+                    f"no data rows, so no effective date (it comes from column {eff.column!r})"
+                )
     for f in files:
         if f.file_id in bad:
             result.quarantined[f.file_id] = f"{f.path.name}: {bad[f.file_id]}"
@@ -446,23 +548,44 @@ def _stage_group(
         offsets = st.offsets()
         for start, (_, first_id) in st.blocks.items():
             blocks.append(
-                (uri, start, first_id, offsets[start], f.content_hash, f.path.name, str(f.path))
+                (
+                    uri,
+                    start,
+                    first_id,
+                    offsets[start],
+                    f.content_hash,
+                    f.path.name,
+                    str(f.path),
+                    dates.get(f.file_id),
+                )
             )
     block_map = spark.createDataFrame(
         blocks,
         f"{FILE_URI} string, {BLOCK} bigint, {FIRST_ID} bigint, {OFFSET} bigint, "
-        f"{FILE_VALUES[0]} string, {FILE_VALUES[1]} string, {FILE_VALUES[2]} string",
+        f"{FILE_VALUES[0]} string, {FILE_VALUES[1]} string, {FILE_VALUES[2]} string, "
+        f"{EFFECTIVE} date",
     )
     business = [c.name for c in entity.columns]
     # Pass 2. Every row of a good File is a good row: no checks to evaluate again.
     rows = (
         typed.join(F.broadcast(block_map), [FILE_URI, BLOCK], "inner")
         .withColumn(lineage["row_number"], F.col(ID) - F.col(FIRST_ID) + F.col(OFFSET) + F.lit(1))
-        .withColumn(lineage["operation"], _op_map(entity)[F.col(RAW + entity.operation_column)])
-        .withColumn(lineage["sequence"], F.col(entity.sequence))
         .withColumn(lineage["process_id"], F.lit(process_id))
         .withColumn(lineage["ingested_at"], F.lit(ingested_at).cast("timestamp"))
     )
+    if entity.is_snapshot:
+        # The operation is the apply's to say (I or U); the sequence is the effective date.
+        types = {c.name: c.data_type for c in entity.columns}
+        rows = (
+            rows.withColumn(lineage["operation"], F.lit(None).cast("string"))
+            .withColumn(lineage["sequence"], F.col(EFFECTIVE))
+            .withColumn(lineage["key_hash"], hash_of([(k, types[k]) for k in entity.keys]))
+            .withColumn(lineage["row_hash"], hash_of([(c, types[c]) for c in entity.compare]))
+        )
+    else:
+        rows = rows.withColumn(
+            lineage["operation"], _op_map(entity)[F.col(RAW + entity.operation_column)]
+        ).withColumn(lineage["sequence"], F.col(entity.sequence))
     if any(stats[uri].duplicates for uri in stats if by_uri[uri].file_id not in bad):
         # The first of each group of exact duplicates stays (rare: a second pass over them).
         group = [FILE_URI, *entity.keys, entity.sequence]
@@ -473,7 +596,8 @@ def _stage_group(
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
         lineage["file_hash"], lineage["sequence"]
     )
-    writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at))
+    effective = {f.content_hash: dates[f.file_id] for f in good if f.file_id in dates}
+    writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at, effective))
     for f in good:
         result.staged[f.file_id] = counts.get(f.content_hash, 0)
 

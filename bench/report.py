@@ -1,0 +1,246 @@
+"""The results table of `make bench`, from bench/results/latest.json, each target marked met or
+missed with the measured ratio. bench/run.py writes it into the README between the two marker
+comments; on its own it prints the table for a results file:
+
+    python bench/report.py [bench/results/latest.json]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+START = "<!-- bench-table:start (written by bench/run.py from bench/results/latest.json) -->"
+END = "<!-- bench-table:end -->"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.1f} s"
+
+
+def _verdict(ratio: float, target: float | None) -> str:
+    if target is None:
+        return ""
+    return f"{target:g}x, {'met' if ratio <= target else 'missed'}"
+
+
+def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
+    """(benchmark, ours, baseline, ratio, target verdict, measured on) per line of the table."""
+    on = results.get("measured_on", {})
+    out = []
+    whole = results.get("whole_process", {})
+    for size in sorted(whole, key=int):
+        p = whole[size]
+        n = f"{int(size):,}"
+        reps = p.get("repeats", results.get("repeat"))
+        ratio = p["ratio_run_to_handwritten"]
+        out.append(
+            (
+                f"`runner run` vs the hand-written Spark MERGE job, {n} rows ({reps} runs)",
+                _s(p["runner_run_s"]),
+                _s(p["handwritten_s"]),
+                f"{ratio:.2f}x",
+                _verdict(ratio, p.get("target_run_to_handwritten")),
+                on.get(size, ""),
+            )
+        )
+        if "ratio_ingest_to_floor" in p:
+            ratio = p["ratio_ingest_to_floor"]
+            out.append(
+                (
+                    f"`runner ingest` (staging) vs the floor (each row written once), {n} rows",
+                    _s(p["runner_ingest_s"]),
+                    _s(p["floor_s"]),
+                    f"{ratio:.2f}x",
+                    _verdict(ratio, p.get("target_ingest_to_floor")),
+                    on.get(size, ""),
+                )
+            )
+    if "one_big_file" in results:
+        b = results["one_big_file"]
+        out.append(
+            (
+                f"`runner ingest` of one {b['mib']:,} MiB File vs the same bytes in 20 Files",
+                _s(b["one_file_s"]),
+                _s(b["twenty_files_s"]),
+                f"{b['ratio']:.2f}x",
+                _verdict(b["ratio"], b.get("target")),
+                on.get("one_big_file", ""),
+            )
+        )
+    labels = {
+        "apply_vs_stock_merge_spark": (
+            "apply of the change Files of a {rows:,}-row scenario after its full load, local"
+            " Spark, warm session: our apply vs dbt's stock `unique_key` merge (no deletes,"
+            " no markers)",
+            "cdc_apply_s",
+            "stock_merge_s",
+        ),
+        "apply_vs_handwritten_postgres": (
+            "same on PostgreSQL: our apply (a `dbt build`) vs hand-written"
+            " `INSERT ... ON CONFLICT` + `DELETE`",
+            "cdc_apply_s",
+            "handwritten_s",
+        ),
+        "end_to_end": (
+            "in one warm session, {rows:,} rows: ingest + `dbt build` vs a plain Spark write",
+            "runner_run_s",
+            "plain_spark_s",
+        ),
+        "many_small_files": (
+            "staging {small_files:,} Files vs 1 File of {rows:,} rows",
+            "small_s",
+            "one_file_s",
+        ),
+    }
+    for name, (label, ours, base) in labels.items():
+        if name not in results:
+            continue
+        r = results[name]
+        out.append(
+            (
+                label.format(**r),
+                _s(r[ours]),
+                _s(r[base]),
+                f"{r['ratio']:.2f}x",
+                _verdict(r["ratio"], r.get("target")),
+                on.get(name, ""),
+            )
+        )
+    if "growth" in results:
+        g = results["growth"]
+        sizes = sorted((k for k in g if k.isdigit()), key=int)
+        last, prev = g.get("compared", [int(sizes[-1]), int(sizes[-2])])
+        per_row = " / ".join(f"{g[k]['us_per_row']:.0f}" for k in sizes)
+        out.append(
+            (
+                "growth, ingest + apply in one session: µs per row at "
+                + " / ".join(_rows(int(k)) for k in sizes),
+                per_row,
+                "",
+                f"{_rows(last)} vs {_rows(prev)}: {g['ratio_last_to_previous']:.2f}",
+                _verdict(g["ratio_last_to_previous"], g.get("target")),
+                on.get("growth", ""),
+            )
+        )
+    if "snapshot_vs_dbt_snapshot" in results:
+        s = results["snapshot_vs_dbt_snapshot"]
+        out.append(
+            (
+                f"snapshot mode, {s['extracts']} daily extracts of {s['rows_per_extract']:,} rows,"
+                " one `dbt build` / `dbt snapshot` per extract: history apply (validity from"
+                " effective dates, process ids) vs dbt's snapshot (check all, hard deletes"
+                f" invalidate); ours all in one run: {_s(s['history_apply_one_run_s'])}",
+                _s(s["history_apply_s"]),
+                _s(s["dbt_snapshot_s"]),
+                f"{s['ratio']:.2f}x",
+                "",
+                on.get("snapshot_vs_dbt_snapshot", ""),
+            )
+        )
+    if "snapshot_hash_vs_full_row" in results:
+        w = results["snapshot_hash_vs_full_row"]
+        widths = sorted((k for k in w if k.isdigit()), key=int)
+        for k in widths:
+            r = w[k]
+            out.append(
+                (
+                    f"snapshot mode, apply of one full extract of {r['rows']:,} rows, {k} non-key"
+                    " columns: by key and row hashes (nodes) vs a MERGE comparing every column",
+                    _s(r["hash_apply_nodes_s"]),
+                    _s(r["full_row_merge_s"]),
+                    f"{r['ratio_nodes_to_full_row']:.2f}x",
+                    "",
+                    on.get("snapshot_hash_vs_full_row", ""),
+                )
+            )
+        out.append(
+            (
+                f"snapshot mode, time at {widths[-1]} / at {widths[0]} non-key columns: hashes"
+                " vs full-row MERGE",
+                f"{w['growth_hash']:.2f}",
+                f"{w['growth_full_row']:.2f}",
+                "",
+                "",
+                on.get("snapshot_hash_vs_full_row", ""),
+            )
+        )
+    if "ingest_memory" in results:
+        m = results["ingest_memory"]
+        peaks = m["peak_rss_mib"]
+        out.append(
+            (
+                f"peak RSS of `runner ingest` on {m['input_mib']:,.0f} MiB of CSV"
+                f" ({m['seconds']:.0f} s)",
+                f"runner {peaks['runner_python']:.0f} MiB; Spark JVM {peaks['spark_jvm']:,.0f} MiB",
+                "",
+                "",
+                f"runner under {m['target_mib']} MiB, "
+                + ("met" if peaks["runner_python"] < m["target_mib"] else "missed"),
+                on.get("ingest_memory", ""),
+            )
+        )
+    if "hash_memory" in results:
+        h = results["hash_memory"]
+        out.append(
+            (
+                f"peak RSS hashing a {h['file_mib']:,} MiB File, over a bare interpreter",
+                f"+{h['hashing_cost_mib']:.1f} MiB",
+                f"whole-file read +{h['whole_file_read_cost_mib']:,.0f} MiB",
+                "",
+                "",
+                on.get("hash_memory", ""),
+            )
+        )
+    return out
+
+
+def _rows(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+def phases(results: dict) -> str:
+    """One line per whole-process size: median seconds per phase of `runner run --json`."""
+    lines = []
+    for size, p in sorted(results.get("whole_process", {}).items(), key=lambda kv: int(kv[0])):
+        ph = p.get("phases_s", {})
+        if ph:
+            parts = ", ".join(f"{k} {v:.1f} s" for k, v in ph.items())
+            lines.append(f"- {int(size):,} rows: {parts}")
+    return "\n".join(lines)
+
+
+def table(results: dict) -> str:
+    head = [
+        "| benchmark | ours | baseline | ratio | target | measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    body = ["| " + " | ".join(r) + " |" for r in rows(results)]
+    text = "\n".join(head + body)
+    ph = phases(results)
+    if ph:
+        text += "\n\nTime per phase of `runner run` (medians, from `--json`):\n\n" + ph
+    return text
+
+
+def plain(results: dict) -> str:
+    lines = [f"{'ratio':>14}  {'target':<14} benchmark"]
+    for name, _ours, _base, ratio, verdict, _on in rows(results):
+        lines.append(f"{ratio:>14}  {verdict:<14} {name}")
+    return "\n".join(lines)
+
+
+def write_readme(readme: Path, text: str) -> None:
+    """Replace what lies between the marker comments of ``readme`` with ``text``."""
+    content = readme.read_text()
+    if START not in content or END not in content:
+        raise SystemExit(f"{readme}: no results table markers ({START} ... {END})")
+    head, rest = content.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+
+
+if __name__ == "__main__":
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results/latest.json"
+    print(table(json.loads(path.read_text())))

@@ -1,0 +1,323 @@
+{#-
+  The apply of a snapshot entity (meta.cdc.mode: snapshot): each File is an extract of the
+  table on its effective date (`snapshot_kind: full`, every row; or `delta`, the rows that
+  changed). Staged rows carry a key hash and a row hash (the contract's key_hash and row_hash
+  lineage columns) and the File's effective date as their sequence. Set-based, whatever the number of Files:
+
+    lock              as for change Files (PostgreSQL: an advisory lock);
+    snapshot_files    the Files without a marker for this target, with their effective dates:
+                      a File older than the newest one already applied is stale (it changes
+                      nothing); the others are numbered 1..n in effective-date order;
+    snapshot_classify every key's hashes in the target (position 0) and in Files 1..n, in
+                      order, each compared with the key's previous position: insert (new key,
+                      or back after a delete), update (row hash changed), unchanged; for a full
+                      extract, a key missing from the next File is deleted by that File;
+    snapshot_merge    one MERGE on the key hash: a key present after File n takes the row of
+                      the last File that inserted or updated it (its lineage with it, operation
+                      I or U); a key of the target missing from File n of a full extract is
+                      deleted; unchanged keys are not touched, lineage included;
+    snapshot_history  instead of snapshot_merge, for a history model (meta.cdc.history): the
+                      target holds versions, and "the target" above is its open versions
+                      (valid_to NULL). One MERGE: a version opens at every insert or update
+                      (valid_from: the File's effective date) and closes at the key's next
+                      insert, update or delete (valid_to: that File's effective date, and the
+                      process id that staged it); an open version the batch changes or deletes
+                      is closed; unchanged keys are not touched;
+    snapshot_markers  one Applied File Marker per File: rows inserted, updated, deleted by it;
+                      rows_skipped its unchanged rows (all of them when it is stale).
+
+  The target is read for its key and row hashes only, so the cost does not grow with its width.
+  Each step is dispatched like the change-File steps (statements.sql); one argument, the apply
+  context, with `kind` (full or delta) added.
+-#}
+
+{% macro apply_snapshot_statements(ctx) %}
+  {%- set statements = [] -%}
+  {%- for sql in [
+      cdc.apply_lock_sql(ctx),
+      cdc.apply_snapshot_files_sql(ctx),
+      cdc.apply_snapshot_classify_sql(ctx),
+      cdc.apply_snapshot_history_sql(ctx) if ctx.history else cdc.apply_snapshot_merge_sql(ctx),
+      cdc.apply_snapshot_markers_sql(ctx),
+  ] if sql | trim -%}
+    {%- do statements.append(sql | trim) -%}
+  {%- endfor -%}
+  {{ return(statements) }}
+{% endmacro %}
+
+{% macro apply_snapshot_files_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_snapshot_files_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_snapshot_files_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set stale -%}
+    case when cdc_done.cdc_watermark is not null
+         and cdc_new.{{ q('effective_date') }} < cdc_done.cdc_watermark then 1 else 0 end
+  {%- endset -%}
+  {%- set sql -%}
+    with cdc_done as (
+      select max(cdc_applied.{{ q('effective_date') }}) as cdc_watermark
+      from {{ ctx.markers }} as cdc_markers
+      join {{ ctx.files }} as cdc_applied
+        on cdc_applied.{{ q('file_hash') }} = cdc_markers.{{ q('file_hash') }}
+        and cdc_applied.{{ q('entity') }} = {{ ctx.entity }}
+      where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+    ),
+    cdc_new as (
+      select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }},
+        cdc_files.{{ q('effective_date') }}, coalesce(cdc_rows.n, 0) as {{ q('cdc__rows') }}
+      from {{ ctx.files }} as cdc_files
+      left join (
+        select cdc_src.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
+        from {{ ctx.source }} as cdc_src
+        group by cdc_src.{{ ctx.lin.file_hash }}
+      ) as cdc_rows on cdc_rows.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+      where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
+        and cdc_files.{{ q('effective_date') }} is not null
+        and cdc_files.{{ q('file_hash') }} not in (
+          select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+          where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+        )
+        and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0)
+    )
+    select cdc_new.*,
+      {{ stale }} as {{ q('cdc__stale') }},
+      row_number() over (
+        order by {{ stale }}, cdc_new.{{ q('effective_date') }}, cdc_new.{{ q('file_name') }}, cdc_new.{{ q('file_hash') }}
+      ) as {{ q('cdc__pos') }}
+    from cdc_new cross join cdc_done
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
+{% endmacro %}
+
+{% macro apply_snapshot_classify_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_snapshot_classify_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_snapshot_classify_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set full = ctx.kind == 'full' -%}
+  {%- set w = 'partition by cdc_events.' ~ q('cdc__key_hash') ~ ' order by cdc_events.' ~ q('cdc__pos') -%}
+  {%- set sql -%}
+    with cdc_live as (
+      select {{ q('file_hash') }}, {{ q('cdc__pos') }} from {{ ctx.batch_files }} where {{ q('cdc__stale') }} = 0
+    ),
+    cdc_n as (
+      select count(*) as cdc_n from cdc_live
+    ),
+    cdc_events as (
+      select 0 as {{ q('cdc__pos') }}, cdc_dest.{{ lin.key_hash }} as {{ q('cdc__key_hash') }},
+        cdc_dest.{{ lin.row_hash }} as {{ q('cdc__row_hash') }}
+      from {{ ctx.current }} as cdc_dest
+      union all
+      select cdc_live.{{ q('cdc__pos') }}, cdc_src.{{ lin.key_hash }}, cdc_src.{{ lin.row_hash }}
+      from {{ ctx.source }} as cdc_src
+      join cdc_live on cdc_live.{{ q('file_hash') }} = cdc_src.{{ lin.file_hash }}
+    ),
+    cdc_ordered as (
+      select cdc_events.*,
+        lag(cdc_events.{{ q('cdc__pos') }}) over ({{ w }}) as cdc_prev_pos,
+        lag(cdc_events.{{ q('cdc__row_hash') }}) over ({{ w }}) as cdc_prev_hash,
+        lead(cdc_events.{{ q('cdc__pos') }}) over ({{ w }}) as cdc_next_pos
+      from cdc_events
+    )
+    select cdc_ordered.{{ q('cdc__pos') }}, cdc_ordered.{{ q('cdc__key_hash') }},
+      case
+        when cdc_ordered.{{ q('cdc__pos') }} = 0 then 'target'
+        when cdc_ordered.cdc_prev_pos is null then 'insert'
+        {%- if full %}
+        when cdc_ordered.cdc_prev_pos < cdc_ordered.{{ q('cdc__pos') }} - 1 then 'insert'
+        {%- endif %}
+        when cdc_ordered.cdc_prev_hash = cdc_ordered.{{ q('cdc__row_hash') }} then 'unchanged'
+        else 'update'
+      end as {{ q('cdc__action') }},
+      {%- if full %}
+      case
+        when cdc_ordered.{{ q('cdc__pos') }} < cdc_n.cdc_n
+             and (cdc_ordered.cdc_next_pos is null
+                  or cdc_ordered.cdc_next_pos > cdc_ordered.{{ q('cdc__pos') }} + 1)
+        then cdc_ordered.{{ q('cdc__pos') }} + 1
+      end as {{ q('cdc__deleted_by') }}
+      {%- else %}
+      cast(null as {{ dbt.type_bigint() }}) as {{ q('cdc__deleted_by') }}
+      {%- endif %}
+    from cdc_ordered cross join cdc_n
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.batch, sql)) }}
+{% endmacro %}
+
+{% macro apply_snapshot_merge_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_snapshot_merge_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_snapshot_merge_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
+  {%- set full = ctx.kind == 'full' -%}
+  {%- set items = cdc._snapshot_row_items(ctx, S) -%}
+  {%- set pos, action = q('cdc__pos'), q('cdc__action') -%}
+  {%- set sql -%}
+    merge into {{ ctx.target }} as {{ D }}
+    using (
+      select cdc_src.*, cdc_keys.{{ q('cdc__key_hash') }} as {{ q('cdc__merge_key') }},
+        cdc_keys.{{ q('cdc__final') }},
+        case when cdc_keys.cdc_insert_pos = cdc_keys.cdc_change_pos then 'I' else 'U' end as {{ q('cdc__operation') }}
+      from (
+        select cdc_k.*,
+          case
+            {%- if full %}
+            when cdc_k.cdc_first_pos = 0 and cdc_k.cdc_last_pos < cdc_n.cdc_n then 'delete'
+            when cdc_k.cdc_change_pos is not null and cdc_k.cdc_last_pos = cdc_n.cdc_n then 'upsert'
+            {%- else %}
+            when cdc_k.cdc_change_pos is not null then 'upsert'
+            {%- endif %}
+          end as {{ q('cdc__final') }}
+        from (
+          select {{ q('cdc__key_hash') }},
+            min({{ pos }}) as cdc_first_pos,
+            max({{ pos }}) as cdc_last_pos,
+            max(case when {{ action }} in ('insert', 'update') then {{ pos }} end) as cdc_change_pos,
+            max(case when {{ action }} = 'insert' then {{ pos }} end) as cdc_insert_pos
+          from {{ ctx.batch }}
+          group by {{ q('cdc__key_hash') }}
+        ) as cdc_k
+        cross join (
+          select count(*) as cdc_n from {{ ctx.batch_files }} where {{ q('cdc__stale') }} = 0
+        ) as cdc_n
+      ) as cdc_keys
+      left join {{ ctx.batch_files }} as cdc_file
+        on cdc_file.{{ pos }} = cdc_keys.cdc_change_pos and cdc_file.{{ q('cdc__stale') }} = 0
+      left join {{ ctx.source }} as cdc_src
+        on cdc_src.{{ lin.file_hash }} = cdc_file.{{ q('file_hash') }}
+        and cdc_src.{{ lin.key_hash }} = cdc_keys.{{ q('cdc__key_hash') }}
+      where cdc_keys.{{ q('cdc__final') }} is not null
+    ) as {{ S }}
+    on {{ D }}.{{ lin.key_hash }} = {{ S }}.{{ q('cdc__merge_key') }}
+    {%- if full %}
+    when matched and {{ S }}.{{ q('cdc__final') }} = 'delete' then delete
+    {%- endif %}
+    when matched and {{ S }}.{{ q('cdc__final') }} = 'upsert' then update set
+      {%- for item in items %}
+      {{ item.column }} = {{ item.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    when not matched and {{ S }}.{{ q('cdc__final') }} = 'upsert' then {{ cdc._insert_values(items) }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- A target row from the MERGE source `S`: the model's columns (the operation from the
+    classification: I or U) and the columns the apply fills. -#}
+{% macro _snapshot_row_items(ctx, S) %}
+  {%- set items = [] -%}
+  {%- for c in ctx.model_columns -%}
+    {%- do items.append({'column': c, 'value': (S ~ '.' ~ adapter.quote('cdc__operation')) if c == ctx.lin.operation else (S ~ '.' ~ c)}) -%}
+  {%- endfor -%}
+  {%- do items.extend(ctx.applied_set) -%}
+  {{ return(items) }}
+{% endmacro %}
+
+{#- The MERGE's `insert (...) values (...)` of a list of {column, value}. -#}
+{% macro _insert_values(items) -%}
+  insert ({% for item in items %}{{ item.column }}{{ ', ' if not loop.last }}{% endfor %})
+    values ({% for item in items %}{{ item.value }}{{ ', ' if not loop.last }}{% endfor %})
+{%- endmacro %}
+
+{% macro apply_snapshot_history_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_snapshot_history_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_snapshot_history_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
+  {%- set items = cdc._snapshot_row_items(ctx, S) -%}
+  {%- do items.append({'column': lin.valid_from, 'value': S ~ '.' ~ lin.sequence}) -%}
+  {%- do items.append({'column': lin.valid_to, 'value': S ~ '.' ~ q('cdc__valid_to')}) -%}
+  {%- do items.append({'column': lin.closed_process_id, 'value': S ~ '.' ~ q('cdc__closed_by')}) -%}
+  {%- set pos, action, key = q('cdc__pos'), q('cdc__action'), q('cdc__key_hash') -%}
+  {%- set sql -%}
+    merge into {{ ctx.target }} as {{ D }}
+    using (
+      with cdc_bounds as (
+        {#- Where each key's versions start (the open version: position 0) and where a full
+            extract deleted it; positions of one key never repeat. #}
+        select {{ key }}, {{ pos }}, {{ action }}
+        from {{ ctx.batch }}
+        where {{ action }} in ('target', 'insert', 'update')
+        union all
+        select {{ key }}, {{ q('cdc__deleted_by') }}, 'delete'
+        from {{ ctx.batch }}
+        where {{ q('cdc__deleted_by') }} is not null
+      ),
+      cdc_versions as (
+        select cdc_bounds.*,
+          lead(cdc_bounds.{{ pos }}) over (partition by cdc_bounds.{{ key }} order by cdc_bounds.{{ pos }}) as cdc_end_pos
+        from cdc_bounds
+      )
+      select cdc_src.*,
+        case when cdc_versions.{{ pos }} = 0 then cdc_versions.{{ key }} end as {{ q('cdc__merge_key') }},
+        case when cdc_versions.{{ action }} = 'insert' then 'I' else 'U' end as {{ q('cdc__operation') }},
+        cdc_end.{{ q('effective_date') }} as {{ q('cdc__valid_to') }},
+        cdc_end.{{ q('process_id') }} as {{ q('cdc__closed_by') }}
+      from cdc_versions
+      left join {{ ctx.batch_files }} as cdc_end
+        on cdc_end.{{ pos }} = cdc_versions.cdc_end_pos and cdc_end.{{ q('cdc__stale') }} = 0
+      left join {{ ctx.batch_files }} as cdc_start
+        on cdc_start.{{ pos }} = cdc_versions.{{ pos }} and cdc_start.{{ q('cdc__stale') }} = 0
+      left join {{ ctx.source }} as cdc_src
+        on cdc_src.{{ lin.file_hash }} = cdc_start.{{ q('file_hash') }}
+        and cdc_src.{{ lin.key_hash }} = cdc_versions.{{ key }}
+      where cdc_versions.{{ action }} <> 'delete'
+        and (cdc_versions.{{ pos }} > 0 or cdc_versions.cdc_end_pos is not null)
+    ) as {{ S }}
+    on {{ D }}.{{ lin.key_hash }} = {{ S }}.{{ q('cdc__merge_key') }} and {{ D }}.{{ lin.valid_to }} is null
+    when matched then update set
+      {{ lin.valid_to }} = {{ S }}.{{ q('cdc__valid_to') }},
+      {{ lin.closed_process_id }} = {{ S }}.{{ q('cdc__closed_by') }}
+    when not matched and {{ S }}.{{ q('cdc__merge_key') }} is null then {{ cdc._insert_values(items) }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{% macro apply_snapshot_markers_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_snapshot_markers_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_snapshot_markers_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set pos, action = q('cdc__pos'), q('cdc__action') -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'file_hash': 'cdc_files.' ~ q('file_hash'),
+      'file_name': 'cdc_files.' ~ q('file_name'),
+      'process_id': 'cdc_files.' ~ q('process_id'),
+      'invocation_id': ctx.invocation,
+      'applied_at': ctx.now,
+      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
+      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
+      'rows_deleted': 'coalesce(cdc_deleted.n_delete, 0)',
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_insert, 0) - coalesce(cdc_counts.n_update, 0)',
+  } -%}
+  {%- set columns = cdc._state_values('applied_files', values) -%}
+  {%- set sql -%}
+    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ ctx.batch_files }} as cdc_files
+    left join (
+      select {{ pos }} as cdc_pos,
+        sum(case when {{ action }} = 'insert' then 1 else 0 end) as n_insert,
+        sum(case when {{ action }} = 'update' then 1 else 0 end) as n_update
+      from {{ ctx.batch }}
+      group by {{ pos }}
+    ) as cdc_counts on cdc_counts.cdc_pos = cdc_files.{{ pos }} and cdc_files.{{ q('cdc__stale') }} = 0
+    left join (
+      select {{ q('cdc__deleted_by') }} as cdc_pos, count(*) as n_delete
+      from {{ ctx.batch }}
+      where {{ q('cdc__deleted_by') }} is not null
+      group by {{ q('cdc__deleted_by') }}
+    ) as cdc_deleted on cdc_deleted.cdc_pos = cdc_files.{{ pos }} and cdc_files.{{ q('cdc__stale') }} = 0
+    where cdc_files.{{ q('file_hash') }} not in (
+      select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+      where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
