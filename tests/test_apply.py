@@ -10,7 +10,7 @@ import csv
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,13 @@ HEADER = ["Op", "AR_H_CHANGE_SEQ", "customer_id", "name", "email", "tier", "bala
 
 
 def seq(n: int) -> str:
-    return f"20260301080000{n:021d}"
+    """A DMS change sequence: its time part (yyyyMMddHHmmss) grows with n, a minute a step."""
+    return f"20260301{8 + n // 60:02d}{n % 60:02d}00{n:021d}"
+
+
+def change_time(sequence: str) -> datetime:
+    """The time part of a DMS change sequence (what cdc.dms_change_time reads)."""
+    return datetime.strptime(sequence[:14], "%Y%m%d%H%M%S")
 
 
 def change(op: str, n: int, key: int, tag: str = "") -> list[str]:
@@ -125,6 +131,72 @@ def oracle(files: list[Path]) -> dict[int, tuple]:
             name,
         )
     return out
+
+
+def history_oracle(files: list[Path], pids: dict[str, str]) -> list[tuple]:
+    """Change history by plain Python: per key, every change in sequence order; each insert or
+    update is a version valid from its change time until the key's next change or delete
+    (hard_deletes: invalidate), closed by the process that staged that next change."""
+    events: dict[int, list[tuple[str, dict[str, str], str]]] = {}
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                key = int(row["customer_id"])
+                events.setdefault(key, []).append((row["AR_H_CHANGE_SEQ"], row, path.name))
+    out = []
+    for key, changes in events.items():
+        changes.sort(key=lambda e: e[0])
+        for i, (s, row, name) in enumerate(changes):
+            if row["Op"] == "D":
+                continue
+            nxt = changes[i + 1] if i + 1 < len(changes) else None
+            out.append(
+                (
+                    key,
+                    s,
+                    row["Op"],
+                    row["name"] or None,
+                    name,
+                    change_time(s),
+                    change_time(nxt[0]) if nxt else None,
+                    pids[name],
+                    pids[nxt[2]] if nxt else None,
+                )
+            )
+    return sorted(out)
+
+
+def naive(value: Any) -> Any:
+    """A timestamp as a naive UTC datetime, whether a destination gives a datetime or ISO text."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def history(rows: list[dict]) -> list[tuple]:
+    """The change-history table as the history oracle's tuples."""
+    lin = lineage_columns()
+    return sorted(
+        (
+            r["customer_id"],
+            r[lin["sequence"]],
+            r[lin["operation"]],
+            r["name"],
+            r[lin["file_name"]],
+            naive(r[lin["valid_from"]]),
+            naive(r[lin["valid_to"]]),
+            r[lin["process_id"]],
+            r[lin["closed_process_id"]],
+        )
+        for r in rows
+    )
+
+
+def for_table(markers: list[dict], table: str) -> list[dict]:
+    """The markers of one apply model (target_table is schema.identifier)."""
+    return [m for m in markers if m["target_table"].rsplit(".", 1)[-1].strip('"`') == table]
 
 
 def current(rows: list[dict]) -> dict[int, tuple]:
@@ -222,16 +294,24 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     folder = landing / "customers"
     markers_table = state_tables()["applied_files"]["identifier"]
 
+    pids: dict[str, str] = {}  # File name -> the process id of the ingest that staged it
+
     def run_ingest() -> None:
         pid = new_process_id()
         db.start_run(pid, "ingest", target)
         ingest(project, db, pid, spark=spark, landing=[str(landing)])
+        for p in folder.iterdir():
+            pids.setdefault(p.name, pid)
+
+    def changes_history() -> list[tuple]:
+        return history(read_table(target, spark, project, schema, "customers_changes_history"))
 
     good: list[Path] = [write(folder / n, rows) for n, rows in ROUND_1.items()]
     run_ingest()
     assert dbt_build(dbt_deps, target).success
     rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
+    assert changes_history() == history_oracle(good, pids)
 
     good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
     shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
@@ -244,12 +324,17 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
     assert 10 not in current(rows)  # nothing of the quarantined File was applied
+    assert changes_history() == history_oracle(good, pids)
 
     good += [write(folder / n, rows) for n, rows in LATE.items()]
     run_ingest()
     assert dbt_build(dbt_deps, target).success
     rows = read_table(target, spark, project, schema, "customers")
     assert current(rows) == oracle(good)
+    # The late File's versions land between the versions around them, which are re-closed
+    # (k1, k4), one of them before a delete that left no row (k7).
+    assert changes_history() == history_oracle(good, pids)
+    versions = changes_history()
     for r in rows:
         # Every lineage column a change-File entity's rows carry (history's are on history rows,
         # the key and row hashes on snapshot entities' rows).
@@ -261,6 +346,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     assert sorted(read_table(target, spark, project, schema, "customers"), key=str) == sorted(
         rows, key=str
     )
+    assert changes_history() == versions
 
     # A run that fails after the MERGE and before the markers, then a normal run.
     good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
@@ -278,11 +364,13 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     assert dbt_build(dbt_deps, target).success
     final = read_table(target, spark, project, schema, "customers")
     assert current(final) == oracle(good)
+    assert changes_history() == history_oracle(good, pids)  # the replay added nothing twice
     markers = read_table(target, spark, project, schema, markers_table)
-    names = sorted(m["file_name"] for m in markers)
     staged = sorted(p.name for p in good)
-    assert names == staged  # exactly one marker per applied File, the header-only one too
-    by_name = {m["file_name"]: m for m in markers}
+    for table in ("customers", "customers_changes_history"):
+        # exactly one marker per applied File and apply model, the header-only one too
+        assert sorted(m["file_name"] for m in for_table(markers, table)) == staged, table
+    by_name = {m["file_name"]: m for m in for_table(markers, "customers")}
     late = by_name["20260301-075900000.csv"]
     # k8 inserted, k6 deleted; k4, k1, k7, k5 stale.
     assert (
@@ -291,4 +379,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
         late["rows_deleted"],
         late["rows_skipped"],
     ) == (1, 0, 1, 4)
+    late = {m["file_name"]: m for m in for_table(markers, "customers_changes_history")}[late["file_name"]]
+    # Every change of the late File is a version or a delete in the history.
+    assert (late["rows_inserted"], late["rows_updated"], late["rows_deleted"]) == (1, 4, 1)
     db.dispose()

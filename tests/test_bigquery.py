@@ -22,7 +22,19 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import Cli
-from test_apply import LATE, ROUND_1, ROUND_2, ROUND_3, change, oracle, seq, write
+from test_apply import (
+    LATE,
+    ROUND_1,
+    ROUND_2,
+    ROUND_3,
+    change,
+    for_table,
+    history,
+    history_oracle,
+    oracle,
+    seq,
+    write,
+)
 from test_contract import shown_customers
 
 from runner.contract import lineage_columns, lineage_on
@@ -81,8 +93,15 @@ def current(cli: Cli) -> dict[int, tuple]:
     return shown_customers(read(cli, "customers"), (lin["sequence"], lin["file_name"]))
 
 
-def markers(cli: Cli) -> list[dict]:
-    return read(cli, "cdc_applied_files")
+def markers(cli: Cli, table: str = "customers") -> list[dict]:
+    return for_table(read(cli, "cdc_applied_files"), table)
+
+
+def changes_history(cli: Cli, good: list[Path]) -> tuple[list[tuple], list[tuple]]:
+    """The change-history table and the history oracle's expectation for the Files in `good`,
+    each File's process id as the staged-files manifest records it (one per ingest)."""
+    pids = {m["file_name"]: m["process_id"] for m in read(cli, "cdc_staged_files")}
+    return history(read(cli, "customers_changes_history")), history_oracle(good, pids)
 
 
 def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_apply(
@@ -103,6 +122,8 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
     ingest()
     build()
     assert current(cli) == oracle(good)
+    got, expected = changes_history(cli, good)
+    assert got == expected
 
     good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
     shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
@@ -123,6 +144,8 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
     ingest()
     build()
     assert current(cli) == oracle(good)
+    got, expected = changes_history(cli, good)
+    assert got == expected  # the late File's versions in place, their neighbours re-closed
     table = cli.table("{{ ref('customers') }}")  # once through `dbt show`, as a user reads it
     for r in table:
         for col in lineage_on("staged", "cdc") + lineage_on("applied", "cdc"):
@@ -144,8 +167,12 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
     assert current(cli) == oracle(good[:-1])  # unchanged: nothing of the failed script
     build()
     assert current(cli) == oracle(good)
-    names = sorted(m["file_name"] for m in markers(cli))
-    assert names == sorted(p.name for p in good)  # one marker per File, header-only included
+    got, expected = changes_history(cli, good)
+    assert got == expected
+    assert len({p for (*_, p, _) in expected}) == 4  # four ingests, four process ids
+    for table in ("customers", "customers_changes_history"):
+        names = sorted(m["file_name"] for m in markers(cli, table))
+        assert names == sorted(p.name for p in good), table  # one marker per File
     late = {m["file_name"]: m for m in markers(cli)}["20260301-075900000.csv"]
     counts = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
     assert tuple(late[c] for c in counts) == (1, 0, 1, 4)

@@ -51,16 +51,18 @@ def test_state_tables_live_in_the_declared_schema(cli_project, request) -> None:
         engine.dispose()
     assert sorted(tables) == [
         (state, "cdc_applied_files"),
+        (state, "cdc_history_deletes"),
         (state, "cdc_staged_files"),
         (state, "cdc_tombstones"),
     ]
     landed = sum(1 for f in (cli.root / "landing").rglob("*") if f.is_file())
     assert staged_count == landed
-    # One marker per File and apply model: the sample applies accounts twice (current state and
-    # history), customers once.
+    # One marker per File and apply model: the sample applies each entity twice (current state
+    # and history).
     per_entity = {d.name: len(list(d.iterdir())) for d in (cli.root / "landing").iterdir()}
     assert markers == {
         "customers": per_entity["customers"],
+        "customers_changes_history": per_entity["customers"],
         "accounts": per_entity["accounts"],
         "accounts_history": per_entity["accounts"],
     }

@@ -66,7 +66,8 @@
         meta:
           cdc: {apply: true, history: true}
     Its rows carry the contract's "history" columns (valid_from, valid_to, closed_process_id).
-    Snapshot entities only, for now (macros/apply/snapshot.sql). -#}
+    Of a snapshot entity: a version per extract that changed the key (macros/apply/snapshot.sql);
+    of a change entity: a version per change (macros/apply/history.sql). -#}
 {% macro is_history_model() %}
   {%- if model is not defined or model.resource_type != 'model' -%}{{ return(false) }}{%- endif -%}
   {%- set declared = ((config.get('meta') or {}).get('cdc') or {}).get('history', false) -%}
@@ -142,4 +143,45 @@
     {%- if meta -%}{{ return(meta) }}{%- endif -%}
   {%- endfor -%}
   {{ return({}) }}
+{% endmacro %}
+
+{#- The history settings of this model (meta.cdc beside history: true), validated:
+      valid_from: a column of the model: each version's validity starts at its value (the
+                  change's time at the source; a change entity only). Default: the sequence
+                  (a snapshot entity: the extract's effective date).
+      hard_deletes: invalidate (default: a delete closes the open version) or new_record (it
+                  also adds a deletion record, operation D, open until the key comes back).
+      snapshot_meta_column_names: {dbt_valid_from, dbt_valid_to, closed_process_id}: names
+                  of the history columns, like dbt's snapshot config (default: the contract's).
+      dbt_valid_to_current: a SQL expression for the open versions' valid_to, like dbt's
+                  (default NULL).
+    Returns {valid_from, hard_deletes, names: {valid_from, valid_to, closed_process_id},
+    valid_to_current}. -#}
+{% macro history_settings() %}
+  {%- set meta = (config.get('meta') or {}).get('cdc') or {} -%}
+  {%- set lin = cdc.lineage_columns() -%}
+  {%- set where = "model " ~ model.name ~ ": meta.cdc." -%}
+  {%- set hard_deletes = meta.get('hard_deletes', 'invalidate') -%}
+  {%- if hard_deletes not in ['invalidate', 'new_record'] -%}
+    {{ exceptions.raise_compiler_error(where ~ "hard_deletes must be invalidate or new_record, got " ~ hard_deletes) }}
+  {%- endif -%}
+  {%- set given = meta.get('snapshot_meta_column_names') or {} -%}
+  {%- set known = {'dbt_valid_from': 'valid_from', 'dbt_valid_to': 'valid_to', 'closed_process_id': 'closed_process_id'} -%}
+  {%- set names = {'valid_from': lin.valid_from, 'valid_to': lin.valid_to, 'closed_process_id': lin.closed_process_id} -%}
+  {%- for k, v in given.items() -%}
+    {%- if k not in known -%}
+      {{ exceptions.raise_compiler_error(where ~ "snapshot_meta_column_names knows " ~ (known.keys() | join(', ')) ~ ", not " ~ k) }}
+    {%- endif -%}
+    {%- do names.update({known[k]: cdc.plain_identifier(v, where ~ "snapshot_meta_column_names." ~ k)}) -%}
+  {%- endfor -%}
+  {%- set valid_from = meta.get('valid_from') -%}
+  {%- if valid_from is not none -%}
+    {%- set valid_from = cdc.plain_identifier(valid_from, where ~ "valid_from") -%}
+  {%- endif -%}
+  {{ return({
+      'valid_from': valid_from,
+      'hard_deletes': hard_deletes,
+      'names': names,
+      'valid_to_current': meta.get('dbt_valid_to_current'),
+  }) }}
 {% endmacro %}

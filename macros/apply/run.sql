@@ -6,7 +6,8 @@
     {{ return([cdc.nothing_to_apply_sql()]) }}
   {%- endif -%}
   {%- set columns = adapter.get_columns_in_relation(target) -%}
-  {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name())) }}
+  {%- set dedupe = not cdc.is_history_model() and cdc.target_has_duplicate_keys(target, cdc.apply_keys(), cdc.target_name()) -%}
+  {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name(), dedupe)) }}
 {% endmacro %}
 
 {#- First run or --full-refresh: forget this target's markers and tombstones, create the

@@ -35,6 +35,7 @@
   {%- set statements = [] -%}
   {%- for sql in [
       cdc.apply_lock_sql(ctx),
+      cdc.apply_dedupe_target_sql(ctx),
       cdc.apply_snapshot_files_sql(ctx),
       cdc.apply_snapshot_classify_sql(ctx),
       cdc.apply_snapshot_history_sql(ctx) if ctx.history else cdc.apply_snapshot_merge_sql(ctx),
@@ -253,7 +254,7 @@
       select cdc_src.*,
         case when cdc_versions.{{ pos }} = 0 then cdc_versions.{{ key }} end as {{ q('cdc__merge_key') }},
         case when cdc_versions.{{ action }} = 'insert' then 'I' else 'U' end as {{ q('cdc__operation') }},
-        cdc_end.{{ q('effective_date') }} as {{ q('cdc__valid_to') }},
+        {{ cdc._valid_to_or_current(ctx, 'cdc_end.' ~ q('effective_date')) }} as {{ q('cdc__valid_to') }},
         cdc_end.{{ q('process_id') }} as {{ q('cdc__closed_by') }}
       from cdc_versions
       left join {{ ctx.batch_files }} as cdc_end
@@ -266,7 +267,7 @@
       where cdc_versions.{{ action }} <> 'delete'
         and (cdc_versions.{{ pos }} > 0 or cdc_versions.cdc_end_pos is not null)
     ) as {{ S }}
-    on {{ D }}.{{ lin.key_hash }} = {{ S }}.{{ q('cdc__merge_key') }} and {{ D }}.{{ lin.valid_to }} is null
+    on {{ D }}.{{ lin.key_hash }} = {{ S }}.{{ q('cdc__merge_key') }} and {{ cdc._is_open(D, lin.valid_to, ctx.valid_to_current) }}
     when matched then update set
       {{ lin.valid_to }} = {{ S }}.{{ q('cdc__valid_to') }},
       {{ lin.closed_process_id }} = {{ S }}.{{ q('cdc__closed_by') }}

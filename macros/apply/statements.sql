@@ -3,6 +3,10 @@
   project) overrides one step without forking the others. The steps, in order:
 
     lock              serialise applies of one table where the destination has locks;
+    dedupe_target     only when the target holds duplicate keys (a legacy table, a manual
+                      insert: ADR-019): keep one row per key, the highest sequence, then the
+                      latest applied (the check, one aggregate over the keys, runs before the
+                      statements are rendered: cdc.target_has_duplicate_keys, and warns);
     batch_files       the Files staged for this entity without a marker for this target;
     classify          their rows' last change per key, classified against the target and the
                       tombstones (insert, update, delete, stale);
@@ -21,14 +25,18 @@
   none.
 -#}
 
-{% macro apply_statements(target, source, columns, keys, entity, target_name) %}
+{% macro apply_statements(target, source, columns, keys, entity, target_name, dedupe=false) %}
   {%- set ctx = cdc._apply_context(target, source, columns, keys, entity, target_name) -%}
+  {%- do ctx.update({'dedupe': dedupe and not ctx.history}) -%}
   {%- if ctx.mode == 'snapshot' -%}
     {{ return(cdc.apply_snapshot_statements(ctx)) }}
+  {%- elif ctx.history -%}
+    {{ return(cdc.apply_history_statements(ctx)) }}
   {%- endif -%}
   {%- set statements = [] -%}
   {%- for sql in [
       cdc.apply_lock_sql(ctx),
+      cdc.apply_dedupe_target_sql(ctx),
       cdc.apply_batch_files_sql(ctx),
       cdc.apply_classify_sql(ctx),
       cdc.apply_merge_target_sql(ctx),
@@ -62,13 +70,25 @@
   {%- endfor -%}
   {%- set applied = cdc.lineage_on('applied') -%}
   {%- set history = cdc.is_history_model() -%}
-  {%- if history and mode != 'snapshot' -%}
-    {{ exceptions.raise_compiler_error(
-        "model " ~ target_name ~ ": meta.cdc.history is for snapshot entities (mode: snapshot); the history "
-        ~ "of a change entity is a dbt snapshot of its table (see snapshots/customers_history.yml)") }}
+  {%- set hist = cdc.history_settings() if history else {} -%}
+  {%- if history and mode == 'snapshot' and hist.valid_from -%}
+    {{ exceptions.raise_compiler_error("model " ~ target_name ~ ": meta.cdc.valid_from is for change entities; "
+        ~ "a snapshot entity's versions are valid from their extract's effective date") }}
   {%- endif -%}
-  {%- set written = cdc.lineage_on('applied') + cdc.lineage_on('history') -%}
-  {%- set applied_names = written | map(attribute='name') | list -%}
+  {%- set applied_names = cdc.lineage_on('applied') | map(attribute='name') | list -%}
+  {%- if history -%}
+    {%- do lin.update(hist.names) -%}
+    {%- do applied_names.extend(hist.names.values()) -%}
+    {%- for name in hist.names.values() if name | lower not in by_name -%}
+      {{ exceptions.raise_compiler_error("history model " ~ target_name ~ ": column " ~ name ~ " is missing "
+          ~ "from the table (renamed history columns need --full-refresh)") }}
+    {%- endfor -%}
+  {%- endif -%}
+  {%- set valid_from = hist.get('valid_from') or lin.sequence -%}
+  {%- if valid_from | lower not in by_name -%}
+    {{ exceptions.raise_compiler_error("history model " ~ target_name ~ ": meta.cdc.valid_from names "
+        ~ valid_from ~ ", which the model does not select") }}
+  {%- endif -%}
   {%- set invocation = cdc.sql_string(invocation_id) -%}
   {%- set now = cdc.now_utc() -%}
   {%- set applied_values = {'invocation_id': invocation, 'applied_at': now} -%}
@@ -88,7 +108,8 @@
   {%- for c in columns if (c.name | lower) not in applied_names -%}{%- do model_columns.append(q(c.name)) -%}{%- endfor -%}
   {%- set current = target -%}
   {%- if history -%}
-    {%- set current = '(select * from ' ~ target ~ ' where ' ~ q(lin.valid_to) ~ ' is null)' -%}
+    {%- set current = '(select * from ' ~ target ~ ' as cdc_open where '
+        ~ cdc._is_open('cdc_open', q(lin.valid_to), hist.valid_to_current) ~ ')' -%}
   {%- endif -%}
   {{ return({
       'target': target,
@@ -97,9 +118,15 @@
       'source': source,
       'key_columns': quoted_keys,
       'model_columns': model_columns,
+      'all_columns': columns | map(attribute='name') | list,
       'applied_set': applied_set,
       'lin': quoted_lin,
       'sequence_type': by_name[lin.sequence].data_type,
+      'valid_from': q(by_name[valid_from | lower].name),
+      'time_type': by_name[valid_from | lower].data_type,
+      'hard_deletes': hist.get('hard_deletes'),
+      'valid_to_current': hist.get('valid_to_current'),
+      'history_deletes': cdc.state_relation('history_deletes'),
       'mode': mode,
       'kind': settings.get('snapshot_kind'),
       'entity': cdc.sql_string(entity),
@@ -125,6 +152,89 @@
 {% macro default__apply_lock_sql(ctx) %}{{ return('') }}{% endmacro %}
 {% macro postgres__apply_lock_sql(ctx) %}
   {{ return('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc apply ' ~ ctx.target_name) ~ ', 0))') }}
+{% endmacro %}
+
+{#- ADR-019: a target with duplicate keys (rows written before the apply, a manual insert, a
+    legacy load) would make the MERGE fail (Spark, BigQuery) or update both rows (PostgreSQL).
+    When, and only when, the aggregate finds some, the target is rewritten with one row per key
+    first: the highest sequence, then the latest applied, then the later File and row (exact
+    copies: any one), and a warning gives the count. Atomic on every destination: one DELETE
+    in the PostgreSQL transaction, one INSERT OVERWRITE on Spark, inside the BigQuery script. -#}
+{% macro apply_dedupe_target_sql(ctx) %}
+  {%- if not ctx.dedupe -%}{{ return('') }}{%- endif -%}
+  {{ return(adapter.dispatch('apply_dedupe_target_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+
+{#- Does `target` hold a key more than once? One aggregate over its keys, run by the model's
+    apply before it renders the steps (cdc.model_apply_statements); warns with the counts. -#}
+{% macro target_has_duplicate_keys(target, keys, target_name) %}
+  {%- if not execute -%}{{ return(false) }}{%- endif -%}
+  {%- set quoted = [] -%}
+  {%- for k in keys -%}{%- do quoted.append(adapter.quote(k)) -%}{%- endfor -%}
+  {%- set check -%}
+    select count(*) as cdc_keys, coalesce(sum(cdc_n), 0) as cdc_rows
+    from (
+      select count(*) as cdc_n from {{ target }} group by {{ quoted | join(', ') }} having count(*) > 1
+    ) as cdc_dup
+  {%- endset -%}
+  {%- set found = run_query(check) -%}
+  {%- set dup_keys = found.columns[0].values()[0] | int -%}
+  {%- if dup_keys == 0 -%}{{ return(false) }}{%- endif -%}
+  {%- set extra = (found.columns[1].values()[0] | int) - dup_keys -%}
+  {%- do exceptions.warn("cdc apply of " ~ target_name ~ ": the target holds " ~ dup_keys
+      ~ " keys more than once (" ~ extra ~ " extra rows); keeping one row per key (the highest "
+      ~ "sequence, then the latest applied) before the MERGE") -%}
+  {{ return(true) }}
+{% endmacro %}
+
+{#- The ranking that picks each key's surviving row. -#}
+{% macro _survivor_rank(ctx, alias) -%}
+  {%- set lin = ctx.lin -%}
+  row_number() over (
+    partition by {% for k in ctx.key_columns %}{{ alias }}.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+    order by {{ alias }}.{{ lin.sequence }} desc nulls last, {{ alias }}.{{ lin.applied_at }} desc nulls last,
+      {{ alias }}.{{ lin.file_hash }} desc nulls last, {{ alias }}.{{ lin.row_number }} desc nulls last
+  )
+{%- endmacro %}
+
+{#- The target's columns (all of them, in order), quoted. -#}
+{% macro _target_column_list(ctx) -%}
+  {%- for c in ctx.all_columns %}{{ adapter.quote(c) }}{{ ', ' if not loop.last }}{% endfor -%}
+{%- endmacro %}
+
+{% macro default__apply_dedupe_target_sql(ctx) %}
+  {%- set cols = cdc._target_column_list(ctx) -%}
+  {%- set keep = cdc.scratch_relation(ctx.target, 'dedupe') -%}
+  {%- set sql -%}
+    {{ cdc.create_scratch_sql(keep, 'select ' ~ cols ~ ' from (select cdc_t.*, ' ~ cdc._survivor_rank(ctx, 'cdc_t')
+        ~ ' as cdc__rank from ' ~ ctx.target ~ ' as cdc_t) as cdc_ranked where cdc__rank = 1') }};
+    delete from {{ ctx.target }} where true;
+    insert into {{ ctx.target }} ({{ cols }}) select {{ cols }} from {{ keep }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+{% macro postgres__apply_dedupe_target_sql(ctx) %}
+  {%- set sql -%}
+    delete from {{ ctx.target }} where ctid in (
+      select cdc_ranked.cdc_row from (
+        select cdc_t.ctid as cdc_row, {{ cdc._survivor_rank(ctx, 'cdc_t') }} as cdc__rank
+        from {{ ctx.target }} as cdc_t
+      ) as cdc_ranked
+      where cdc_ranked.cdc__rank > 1
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+{% macro spark__apply_dedupe_target_sql(ctx) %}
+  {%- set cols = cdc._target_column_list(ctx) -%}
+  {%- set sql -%}
+    insert overwrite table {{ ctx.target }}
+    select {{ cols }} from (
+      select cdc_t.*, {{ cdc._survivor_rank(ctx, 'cdc_t') }} as cdc__rank from {{ ctx.target }} as cdc_t
+    ) as cdc_ranked
+    where cdc_ranked.cdc__rank = 1
+  {%- endset -%}
+  {{ return(sql) }}
 {% endmacro %}
 
 {#- The Files of this batch. A File with rows must have them in the source (so a File staged
@@ -340,8 +450,23 @@
   {{ return([
       'delete from ' ~ cdc.state_relation('applied_files') ~ where,
       'delete from ' ~ cdc.state_relation('tombstones') ~ where,
+      'delete from ' ~ cdc.state_relation('history_deletes') ~ where,
   ]) }}
 {% endmacro %}
+
+{#- A history row is open (current) when its valid_to is NULL or dbt_valid_to_current. -#}
+{% macro _is_open(alias, valid_to, valid_to_current) -%}
+  {%- if valid_to_current -%}
+    ({{ alias }}.{{ valid_to }} is null or {{ alias }}.{{ valid_to }} = {{ valid_to_current }})
+  {%- else -%}
+    {{ alias }}.{{ valid_to }} is null
+  {%- endif -%}
+{%- endmacro %}
+
+{#- A version's valid_to: `expr`, or dbt_valid_to_current when `expr` is NULL (still open). -#}
+{% macro _valid_to_or_current(ctx, expr) -%}
+  {%- if ctx.valid_to_current -%}coalesce({{ expr }}, {{ ctx.valid_to_current }}){%- else -%}{{ expr }}{%- endif -%}
+{%- endmacro %}
 
 {#- A key as one string: each part length-prefixed, so ('a|b', 'c') and ('a', 'b|c') differ. -#}
 {% macro _key_text(alias, keys) %}
@@ -355,13 +480,16 @@
 {#- The select that creates an apply model's table empty, with the apply-only columns (and a
     history model's validity columns, typed as the sequence). -#}
 {% macro empty_target_select(sql) %}
-  {%- set seq = 'cdc_model.' ~ adapter.quote(cdc.lineage_columns().sequence) -%}
+  {%- set history = cdc.is_history_model() -%}
+  {%- set hist = cdc.history_settings() if history else {} -%}
+  {%- set seq = 'cdc_model.' ~ adapter.quote(hist.get('valid_from') or cdc.lineage_columns().sequence) -%}
   select cdc_model.*
-    {%- for col in cdc.lineage_on('applied') + (cdc.lineage_on('history') if cdc.is_history_model() else []) %},
+    {%- for col in cdc.lineage_on('applied') + (cdc.lineage_on('history') if history else []) %},
+    {%- set name = hist.names[col.key] if col.on == 'history' else col.name %}
     {%- if col.type == 'sequence' %}
-    nullif({{ seq }}, {{ seq }}) as {{ adapter.quote(col.name) }}  {#- NULL, typed as the sequence #}
+    nullif({{ seq }}, {{ seq }}) as {{ adapter.quote(name) }}  {#- NULL, typed as the sequence (or valid_from) #}
     {%- else %}
-    cast(null as {{ cdc.contract_type(col.type) }}) as {{ adapter.quote(col.name) }}
+    cast(null as {{ cdc.contract_type(col.type) }}) as {{ adapter.quote(name) }}
     {%- endif %}
     {%- endfor %}
   from (

@@ -22,6 +22,8 @@
   state_tables: the framework's tables, in the one state schema (cdc.state_schema()): columns
     in order with their types, and the key each row is unique by (enforced where the
     destination can: PostgreSQL).
+    history_deletes: the deletes applied to a change-history model whose deletes leave no row
+    (hard_deletes: invalidate), so that a late File's changes are placed before or after them.
 -#}
 {% macro contract() %}
   {{ return({
@@ -67,6 +69,13 @@
                           "file_hash": "string", "process_id": "string", "invocation_id": "string",
                           "deleted_at": "timestamp"},
               "key": ["target_table", "key_text"],
+          },
+          "history_deletes": {
+              "identifier": "cdc_history_deletes",
+              "columns": {"target_table": "string", "file_hash": "string", "file_row_number": "bigint",
+                          "key_text": "string", "sequence_text": "string", "valid_from_text": "string",
+                          "process_id": "string", "invocation_id": "string", "applied_at": "timestamp"},
+              "key": ["target_table", "file_hash", "file_row_number"],
           },
       },
   }) }}

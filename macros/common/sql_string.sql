@@ -27,3 +27,20 @@
   {%- endif -%}
   {{ return(value) }}
 {% endmacro %}
+
+{#- The time of a DMS change from its AR_H_CHANGE_SEQ (the first 14 digits: yyyyMMddHHmmss), as a
+    timestamp: a history model's valid_from when the source's rows carry no commit time.
+    `column`: a column reference or expression, as SQL (unquoted names fold as the destination
+    folds them). -#}
+{% macro dms_change_time(column) %}
+  {{ return(adapter.dispatch('dms_change_time', 'cdc')(column)) }}
+{% endmacro %}
+{% macro default__dms_change_time(column) -%}
+  cast(to_timestamp(substr({{ column }}, 1, 14), 'yyyyMMddHHmmss') as timestamp)
+{%- endmacro %}
+{% macro postgres__dms_change_time(column) -%}
+  cast(to_timestamp(substr({{ column }}, 1, 14), 'YYYYMMDDHH24MISS') as timestamp)
+{%- endmacro %}
+{% macro bigquery__dms_change_time(column) -%}
+  parse_timestamp('%Y%m%d%H%M%S', substr({{ column }}, 1, 14))
+{%- endmacro %}

@@ -1,0 +1,223 @@
+{#-
+  The history apply of a change entity (meta.cdc.history: true on an apply model whose entity
+  has mode: cdc): every staged change becomes a version row, in sequence order across Files and
+  runs, instead of only the last change per key reaching a current-state table.
+
+    lock              as for the current-state apply (PostgreSQL: an advisory lock);
+    batch_files       the same step: the Files without a marker for this target;
+    history_classify  the changes of those Files, and everything already known of their keys
+                      (the target's versions, and the deletes that left no row:
+                      cdc_history_deletes), ordered per key by (sequence, File hash, row); each
+                      event's validity ends where the key's next event starts: valid_to is
+                      its time (meta.cdc.valid_from, else the sequence) and closed_process_id
+                      the process that staged it. A change already in the target (a replay
+                      after a crash) is kept once;
+    history_merge     one MERGE on (File hash, row number): insert every new version (and, with
+                      hard_deletes: new_record, a deletion record per delete: operation D, open
+                      until the key comes back); re-close existing versions whose end moved (a
+                      late File's change lands between them). Data and lineage of existing
+                      rows are never touched, only valid_to and closed_process_id;
+    history_deletes   hard_deletes: invalidate: remember each new delete (key, sequence, time),
+                      so that a later late File's change is placed before or after it;
+    history_markers   one Applied File Marker per File: rows_inserted, rows_updated,
+                      rows_deleted its I, U and D changes that became events; rows_skipped the
+                      rows already applied (a replay).
+
+  Replaying after a crash anywhere gives the same table: an event is identified by its File
+  hash and row number, and the validity of each key's events is recomputed from all of them.
+-#}
+
+{% macro apply_history_statements(ctx) %}
+  {%- set statements = [] -%}
+  {%- for sql in [
+      cdc.apply_lock_sql(ctx),
+      cdc.apply_batch_files_sql(ctx),
+      cdc.apply_history_classify_sql(ctx),
+      cdc.apply_history_merge_sql(ctx),
+      cdc.apply_history_deletes_sql(ctx) if ctx.hard_deletes == 'invalidate' else '',
+      cdc.apply_history_markers_sql(ctx),
+  ] if sql | trim -%}
+    {%- do statements.append(sql | trim) -%}
+  {%- endfor -%}
+  {{ return(statements) }}
+{% endmacro %}
+
+{% macro apply_history_classify_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_history_classify_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_history_classify_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set k, fh, rn, seq = q('cdc__key_text'), q('cdc__file_hash'), q('cdc__row_number'), q('cdc__sequence') -%}
+  {%- set order = 'partition by ' ~ k ~ ' order by ' ~ seq ~ ', ' ~ fh ~ ', ' ~ rn -%}
+  {%- set null_time = 'cast(null as ' ~ ctx.time_type ~ ')' -%}
+  {%- set sql -%}
+    with cdc_new as (
+      select cdc_src.*, {{ cdc._key_text('cdc_src', ctx.key_columns) }} as {{ k }}
+      from {{ ctx.source }} as cdc_src
+      where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+    ),
+    cdc_keys as (
+      select distinct {{ k }} from cdc_new
+    ),
+    cdc_events as (
+      select {{ cdc._key_text('cdc_dest', ctx.key_columns) }} as {{ k }},
+        cdc_dest.{{ lin.sequence }} as {{ seq }}, cdc_dest.{{ lin.file_hash }} as {{ fh }},
+        cdc_dest.{{ lin.row_number }} as {{ rn }}, cdc_dest.{{ lin.operation }} as {{ q('cdc__operation') }},
+        cdc_dest.{{ lin.valid_from }} as {{ q('cdc__time') }}, cdc_dest.{{ lin.process_id }} as {{ q('cdc__process_id') }},
+        0 as {{ q('cdc__is_new') }}, 1 as {{ q('cdc__in_target') }},
+        cdc_dest.{{ lin.valid_to }} as {{ q('cdc__old_to') }}, cdc_dest.{{ lin.closed_process_id }} as {{ q('cdc__old_closed') }}
+      from {{ ctx.target }} as cdc_dest
+      where {{ cdc._key_text('cdc_dest', ctx.key_columns) }} in (select {{ k }} from cdc_keys)
+      union all
+      select cdc_del.{{ q('key_text') }}, cast(cdc_del.{{ q('sequence_text') }} as {{ ctx.sequence_type }}),
+        cdc_del.{{ q('file_hash') }}, cdc_del.{{ q('file_row_number') }}, 'D',
+        cast(cdc_del.{{ q('valid_from_text') }} as {{ ctx.time_type }}), cdc_del.{{ q('process_id') }},
+        0, 0, {{ null_time }}, cast(null as {{ dbt.type_string() }})
+      from {{ ctx.history_deletes }} as cdc_del
+      where cdc_del.{{ q('target_table') }} = {{ ctx.this_table }}
+        and cdc_del.{{ q('key_text') }} in (select {{ k }} from cdc_keys)
+      union all
+      select cdc_new.{{ k }}, cdc_new.{{ lin.sequence }}, cdc_new.{{ lin.file_hash }}, cdc_new.{{ lin.row_number }},
+        cdc_new.{{ lin.operation }}, cdc_new.{{ ctx.valid_from }}, cdc_new.{{ lin.process_id }},
+        1, 0, {{ null_time }}, cast(null as {{ dbt.type_string() }})
+      from cdc_new
+    ),
+    cdc_once as (
+      {#- A change already applied (a replay after a crash) is kept once: the applied copy. #}
+      select cdc_events.*,
+        row_number() over (
+          partition by cdc_events.{{ k }}, cdc_events.{{ fh }}, cdc_events.{{ rn }}
+          order by cdc_events.{{ q('cdc__is_new') }}
+        ) as {{ q('cdc__copy') }}
+      from cdc_events
+    )
+    select cdc_once.*,
+      {{ cdc._valid_to_or_current(ctx, 'lead(cdc_once.' ~ q('cdc__time') ~ ') over (' ~ order ~ ')') }} as {{ q('cdc__valid_to') }},
+      lead(cdc_once.{{ q('cdc__process_id') }}) over ({{ order }}) as {{ q('cdc__closed_by') }}
+    from cdc_once
+    where cdc_once.{{ q('cdc__copy') }} = 1
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.batch, sql)) }}
+{% endmacro %}
+
+{% macro apply_history_merge_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_history_merge_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_history_merge_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set S, D = 'DBT_INTERNAL_SOURCE', 'DBT_INTERNAL_DEST' -%}
+  {%- set items = [] -%}
+  {%- for c in ctx.model_columns -%}{%- do items.append({'column': c, 'value': S ~ '.' ~ c}) -%}{%- endfor -%}
+  {%- do items.extend(ctx.applied_set) -%}
+  {%- do items.append({'column': lin.valid_from, 'value': S ~ '.' ~ ctx.valid_from}) -%}
+  {%- do items.append({'column': lin.valid_to, 'value': S ~ '.' ~ q('cdc__valid_to')}) -%}
+  {%- do items.append({'column': lin.closed_process_id, 'value': S ~ '.' ~ q('cdc__closed_by')}) -%}
+  {%- set to, closed = q('cdc__valid_to'), q('cdc__closed_by') -%}
+  {%- set sql -%}
+    merge into {{ ctx.target }} as {{ D }}
+    using (
+      select cdc_src.*,
+        cdc_batch.{{ q('cdc__file_hash') }} as {{ q('cdc__merge_file') }},
+        cdc_batch.{{ q('cdc__row_number') }} as {{ q('cdc__merge_row') }},
+        cdc_batch.{{ to }}, cdc_batch.{{ closed }}
+      from {{ ctx.batch }} as cdc_batch
+      left join {{ ctx.source }} as cdc_src
+        on cdc_batch.{{ q('cdc__is_new') }} = 1
+        and cdc_src.{{ lin.file_hash }} = cdc_batch.{{ q('cdc__file_hash') }}
+        and cdc_src.{{ lin.row_number }} = cdc_batch.{{ q('cdc__row_number') }}
+      where (cdc_batch.{{ q('cdc__is_new') }} = 1
+             {%- if ctx.hard_deletes != 'new_record' %} and cdc_batch.{{ q('cdc__operation') }} <> 'D'{% endif %})
+         or (cdc_batch.{{ q('cdc__in_target') }} = 1 and not (
+               {{ cdc._same('cdc_batch.' ~ to, 'cdc_batch.' ~ q('cdc__old_to')) }}
+               and {{ cdc._same('cdc_batch.' ~ closed, 'cdc_batch.' ~ q('cdc__old_closed')) }}))
+    ) as {{ S }}
+    on {{ D }}.{{ lin.file_hash }} = {{ S }}.{{ q('cdc__merge_file') }}
+      and {{ D }}.{{ lin.row_number }} = {{ S }}.{{ q('cdc__merge_row') }}
+    when matched then update set
+      {{ lin.valid_to }} = {{ S }}.{{ to }},
+      {{ lin.closed_process_id }} = {{ S }}.{{ closed }}
+    when not matched then {{ cdc._insert_values(items) }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- Two values equal, NULLs included; never NULL itself (not every destination has IS NOT
+    DISTINCT FROM). -#}
+{% macro _same(a, b) -%}
+  (({{ a }} is null and {{ b }} is null) or ({{ a }} is not null and {{ b }} is not null and {{ a }} = {{ b }}))
+{%- endmacro %}
+
+{% macro apply_history_deletes_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_history_deletes_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_history_deletes_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set s = dbt.type_string() -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'file_hash': 'cdc_batch.' ~ q('cdc__file_hash'),
+      'file_row_number': 'cdc_batch.' ~ q('cdc__row_number'),
+      'key_text': 'cdc_batch.' ~ q('cdc__key_text'),
+      'sequence_text': 'cast(cdc_batch.' ~ q('cdc__sequence') ~ ' as ' ~ s ~ ')',
+      'valid_from_text': 'cast(cdc_batch.' ~ q('cdc__time') ~ ' as ' ~ s ~ ')',
+      'process_id': 'cdc_batch.' ~ q('cdc__process_id'),
+      'invocation_id': ctx.invocation,
+      'applied_at': ctx.now,
+  } -%}
+  {%- set columns = cdc._state_values('history_deletes', values) -%}
+  {%- set sql -%}
+    insert into {{ ctx.history_deletes }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ ctx.batch }} as cdc_batch
+    where cdc_batch.{{ q('cdc__is_new') }} = 1 and cdc_batch.{{ q('cdc__operation') }} = 'D'
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{% macro apply_history_markers_sql(ctx) %}
+  {{ return(adapter.dispatch('apply_history_markers_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_history_markers_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set op = q('cdc__operation') -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'file_hash': 'cdc_files.' ~ q('file_hash'),
+      'file_name': 'cdc_files.' ~ q('file_name'),
+      'process_id': 'cdc_files.' ~ q('process_id'),
+      'invocation_id': ctx.invocation,
+      'applied_at': ctx.now,
+      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
+      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_new, 0)',
+  } -%}
+  {%- set columns = cdc._state_values('applied_files', values) -%}
+  {%- set sql -%}
+    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ ctx.batch_files }} as cdc_files
+    left join (
+      select
+        {{ q('cdc__file_hash') }} as cdc_file_hash,
+        sum(case when {{ op }} = 'I' then 1 else 0 end) as n_insert,
+        sum(case when {{ op }} = 'U' then 1 else 0 end) as n_update,
+        sum(case when {{ op }} = 'D' then 1 else 0 end) as n_delete,
+        count(*) as n_new
+      from {{ ctx.batch }}
+      where {{ q('cdc__is_new') }} = 1
+      group by {{ q('cdc__file_hash') }}
+    ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    where cdc_files.{{ q('file_hash') }} not in (
+      select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+      where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
