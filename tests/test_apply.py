@@ -10,13 +10,13 @@ import csv
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import drop_database, read_table
+from conftest import drop_database, query, read_table
 
 from audit import AuditDB
 from runner.contract import lineage_columns, lineage_on, state_tables
@@ -133,10 +133,14 @@ def oracle(files: list[Path]) -> dict[int, tuple]:
     return out
 
 
-def history_oracle(files: list[Path], pids: dict[str, str]) -> list[tuple]:
+def history_oracle(
+    files: list[Path], pids: dict[str, str], new_record: bool = False, current: Any = None
+) -> list[tuple]:
     """Change history by plain Python: per key, every change in sequence order; each insert or
     update is a version valid from its change time until the key's next change or delete
-    (hard_deletes: invalidate), closed by the process that staged that next change."""
+    (hard_deletes: invalidate), closed by the process that staged that next change. With
+    `new_record`, each delete is a version too (a deletion record); `current`: the open
+    versions' valid_to (dbt_valid_to_current), else None."""
     events: dict[int, list[tuple[str, dict[str, str], str]]] = {}
     for path in files:
         with open(path, encoding="utf-8", newline="") as handle:
@@ -147,7 +151,7 @@ def history_oracle(files: list[Path], pids: dict[str, str]) -> list[tuple]:
     for key, changes in events.items():
         changes.sort(key=lambda e: e[0])
         for i, (s, row, name) in enumerate(changes):
-            if row["Op"] == "D":
+            if row["Op"] == "D" and not new_record:
                 continue
             nxt = changes[i + 1] if i + 1 < len(changes) else None
             out.append(
@@ -158,7 +162,7 @@ def history_oracle(files: list[Path], pids: dict[str, str]) -> list[tuple]:
                     row["name"] or None,
                     name,
                     change_time(s),
-                    change_time(nxt[0]) if nxt else None,
+                    change_time(nxt[0]) if nxt else current,
                     pids[name],
                     pids[nxt[2]] if nxt else None,
                 )
@@ -171,13 +175,14 @@ def naive(value: Any) -> Any:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if isinstance(value, datetime) and value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
-def history(rows: list[dict]) -> list[tuple]:
-    """The change-history table as the history oracle's tuples."""
-    lin = lineage_columns()
+def history(rows: list[dict], names: dict[str, str] | None = None) -> list[tuple]:
+    """The change-history table as the history oracle's tuples; `names`: renamed history
+    columns (valid_from, valid_to, closed_process_id)."""
+    lin = {**lineage_columns(), **(names or {})}
     return sorted(
         (
             r["customer_id"],
@@ -379,7 +384,159 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
         late["rows_deleted"],
         late["rows_skipped"],
     ) == (1, 0, 1, 4)
-    late = {m["file_name"]: m for m in for_table(markers, "customers_changes_history")}[late["file_name"]]
+    late = {m["file_name"]: m for m in for_table(markers, "customers_changes_history")}[
+        late["file_name"]
+    ]
     # Every change of the late File is a version or a delete in the history.
     assert (late["rows_inserted"], late["rows_updated"], late["rows_deleted"]) == (1, 4, 1)
+    db.dispose()
+
+
+def test_a_target_with_duplicate_keys_is_deduplicated_then_applied_in_one_build(
+    spark,
+    spark_project: Path,
+    dbt_deps: Path,
+    tmp_path: Path,
+    target: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ADR-019: a target holding keys more than once (here: rows inserted by hand after a build)
+    is repaired by the next apply, which keeps each key's row of highest sequence and warns with
+    the count, and then applies the new Files as usual."""
+    from dbt.cli.main import dbtRunner
+
+    if target == "local":
+        monkeypatch.setenv("CDC_SCHEMA", "guard_test")
+    project = Project.load(spark_project, target=target)
+    schema = project.target["schema"]
+    if target == "local":
+        drop_database(spark, schema)
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    landing = tmp_path / "landing"
+    folder = landing / "customers"
+
+    def run_ingest() -> None:
+        pid = new_process_id()
+        db.start_run(pid, "ingest", target)
+        ingest(project, db, pid, spark=spark, landing=[str(landing)])
+
+    warnings: list[str] = []
+
+    def build() -> None:
+        res = dbtRunner(callbacks=[lambda e: warnings.append(e.info.msg)]).invoke(
+            ["build", "--select", "+customers", "--project-dir", str(dbt_deps),
+             "--profiles-dir", str(dbt_deps.parent), "--target", target]
+        )  # fmt: skip
+        assert res.success, res.exception
+
+    good = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    run_ingest()
+    build()
+    q = "`" if target == "local" else '"'
+    table = f"{q}{schema}{q}.{q}customers{q}"
+    columns = [c for c in read_table(target, spark, project, schema, "customers")[0]]
+    seq_col = lineage_columns()["sequence"]
+
+    def copy_of(key: int, **changed: str) -> str:
+        cols = ", ".join(changed.get(c, f"{q}{c}{q}") for c in columns)
+        return (
+            f"insert into {table} select {cols} from {table} "
+            f"where customer_id = {key} and name not like 'dirty%'"
+        )
+
+    # k3 (not in the next Files): a newer copy with other values, which must survive, and an
+    # older one; k5 (updated by the next Files): an exact copy.
+    query(target, spark, project, copy_of(3, name="'dirty newer'", **{seq_col: f"'{seq(25)}'"}))
+    query(target, spark, project, copy_of(3, name="'dirty older'", **{seq_col: f"'{seq(0)}'"}))
+    query(target, spark, project, copy_of(5))
+    dirty = read_table(target, spark, project, schema, "customers")
+    assert len(dirty) == len(oracle(good)) + 3
+
+    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    run_ingest()
+    warnings.clear()
+    build()
+    rows = read_table(target, spark, project, schema, "customers")
+    keys = [r["customer_id"] for r in rows]
+    assert len(keys) == len(set(keys))  # one row per key
+    expected = oracle(good)
+    k3 = next(r for r in dirty if r["name"] == "dirty newer")
+    expected[3] = current([k3])[3]  # the survivor: the highest sequence
+    assert current(rows) == expected
+    said = [w for w in warnings if "more than once" in w]
+    assert said and "2 keys more than once (3 extra rows)" in said[0], warnings
+    db.dispose()
+
+
+NEW_RECORD_HISTORY = """
+select customer_id, name, email, tier, balance, updated_at,
+    {{ cdc.dms_change_time('AR_H_CHANGE_SEQ') }} as changed_at,
+    {{ cdc.lineage_select() }}
+from {{ cdc.unapplied(ref('stg_customers')) }}
+"""
+NEW_RECORD_CONFIG = {
+    "name": "customers_deletions_history",
+    "config": {
+        "meta": {
+            "cdc": {
+                "apply": True,
+                "history": True,
+                "valid_from": "changed_at",
+                "hard_deletes": "new_record",
+                "snapshot_meta_column_names": {
+                    "dbt_valid_from": "valid_from",
+                    "dbt_valid_to": "valid_to",
+                    "closed_process_id": "closed_by",
+                },
+                "dbt_valid_to_current": "cast('9999-12-31' as timestamp)",
+            }
+        },
+        "materialized": "incremental",
+        "incremental_strategy": "merge",
+        "unique_key": "customer_id",
+    },
+}
+
+
+@pytest.mark.postgres
+def test_change_history_with_deletion_records_and_dbt_names(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schema: str
+) -> None:
+    """hard_deletes: new_record, renamed history columns and dbt_valid_to_current, on
+    PostgreSQL: the first rounds and the late File of the scenario, each delete a deletion
+    record (operation D) open until the key comes back, equal to the oracle after each build."""
+    import yaml
+    from conftest import make_project
+
+    monkeypatch.setenv("CDC_SCHEMA", pg_schema)
+    root = make_project(tmp_path / "repo")
+    models = root / "dbt_project" / "models"
+    (models / "customers_deletions_history.sql").write_text(NEW_RECORD_HISTORY)
+    (models / "deletions.yml").write_text(
+        yaml.safe_dump({"version": 2, "models": [NEW_RECORD_CONFIG]})
+    )
+    (root / "dbt_project" / "dbt_packages").mkdir()
+    (root / "dbt_project" / "dbt_packages" / "cdc").symlink_to(root / "macros")
+    project = Project.load(root, target="postgres")
+    schema = project.target["schema"]
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    folder = tmp_path / "landing" / "customers"
+    pids: dict[str, str] = {}
+    names = {"valid_from": "valid_from", "valid_to": "valid_to", "closed_process_id": "closed_by"}
+    good: list[Path] = []
+    for files in (ROUND_1, ROUND_2, LATE):
+        good += [write(folder / n, rows) for n, rows in files.items()]
+        pid = new_process_id()
+        db.start_run(pid, "ingest", "postgres")
+        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
+        pids.update({p.name: pid for p in good if p.name not in pids})
+        res = dbt_build(
+            root / "dbt_project", "postgres", "--select", "+customers_deletions_history"
+        )
+        assert res.success, res.exception
+        rows = read_table("postgres", spark, project, schema, "customers_deletions_history")
+        expected = history_oracle(good, pids, new_record=True, current=datetime(9999, 12, 31))
+        assert history(rows, names) == expected
     db.dispose()

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import CHANGES_HISTORY
 from test_contract import oracle, shown_customers
 
 from runner.generate import generate_customers
@@ -58,7 +59,7 @@ def applied(cli, files: list[Path]) -> dict[int, tuple]:  # noqa: ANN001
 def test_two_overlapping_builds_on_postgres_apply_each_file_once(cli_project, pg_url) -> None:  # noqa: ANN001
     import psycopg2
 
-    cli = cli_project("postgres")
+    cli = cli_project("postgres", without=CHANGES_HISTORY)
     landing = cli.root / "landing"
     files = generate_customers(landing / "customers", initial=3000, files=4, changes_per_file=1000)
     for f in files[1:]:  # the full load first, applied alone; the changes race

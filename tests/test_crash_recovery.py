@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CHANGES_HISTORY
 from test_concurrency import applied, two_builds_at_once
 from test_contract import oracle
 
@@ -79,7 +80,7 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
     tmp_path: Path,
     target: str,  # noqa: ANN001
 ) -> None:
-    cli = cli_project(target)
+    cli = cli_project(target, without=CHANGES_HISTORY)
     pool = tmp_path / "pool"
     files = generate_customers(pool, initial=60, files=10, changes_per_file=20)
     landing = tmp_path / 'landing dir "x@ñ"'

@@ -8,6 +8,7 @@ build succeeded. Now the build stops with a compiler error naming the value.
 from __future__ import annotations
 
 import pytest
+from conftest import CHANGES_HISTORY
 
 from runner.generate import generate_customers
 
@@ -17,7 +18,7 @@ BAD_NAME = "customers' or 'a'='a"
 
 
 def test_an_entity_name_that_is_not_an_identifier_stops_the_build(cli_project) -> None:  # noqa: ANN001
-    cli = cli_project("postgres")
+    cli = cli_project("postgres", without=CHANGES_HISTORY)
     landing = cli.root / "landing"
     generate_customers(landing / "customers", initial=20, files=1, changes_per_file=5)
     cli.runner("ingest", "--landing", str(landing))

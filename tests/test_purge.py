@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import Cli
+from conftest import CHANGES_HISTORY, Cli
 
 pytestmark = [pytest.mark.dbt]
 
@@ -59,7 +59,7 @@ def _run(cli: Cli, sql: str) -> list[tuple]:
 def test_purge_tombstones_removes_only_the_old_ones(
     target: str, cli_project: Callable[[str], Cli]
 ) -> None:
-    cli = cli_project(target)
+    cli = cli_project(target, without=CHANGES_HISTORY)
     cli(
         "dbt",
         "run-operation",

@@ -44,8 +44,13 @@ def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_projec
     engine = sa.create_engine(request.getfixturevalue("pg_url"))
     try:
         with engine.connect() as conn:
-            table = conn.execute(sa.text(f'select count(*) from "{cli.schema}".customers'))
-            assert first["tables"] == {f"{cli.schema}.customers": table.scalar()}
+            counts = {
+                f"{cli.schema}.{t}": conn.execute(
+                    sa.text(f'select count(*) from "{cli.schema}".{t}')
+                ).scalar()
+                for t in ("customers", "customers_changes_history")
+            }
+            assert first["tables"] == counts
             # the history snapshot got the runner's process id (from CDC_PROCESS_ID)
             pids = conn.execute(
                 sa.text(

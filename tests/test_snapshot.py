@@ -22,7 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import Cli
+from conftest import CHANGES_HISTORY, Cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
@@ -288,7 +288,7 @@ def extracts(tmp_path: Path) -> list[Path]:
 def test_daily_extracts_give_the_expected_table_and_counts(
     tmp_path: Path, target: str, cli_project: Callable[[str], Cli]
 ) -> None:
-    cli = cli_project(target)
+    cli = cli_project(target, without=CHANGES_HISTORY)
     day1, day2, day3 = extracts(tmp_path)
     landing = tmp_path / "landing"
     folder = landing / "accounts"
@@ -351,7 +351,7 @@ def test_delta_extracts_with_given_dates_never_delete(
     """`snapshot_kind: delta` with `effective_date: option`: each extract holds only some rows
     (changed, unchanged and new ones); a key it lacks is unchanged, never deleted; the dates
     come from `runner run --effective-date`, the file names carry none."""
-    cli = cli_project("postgres")
+    cli = cli_project("postgres", without=CHANGES_HISTORY)
     decl = cli.root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
     text = decl.read_text()
     pattern = "            effective_date:\n              file_pattern: '(\\d{4}-\\d{2}-\\d{2})'\n"
@@ -469,7 +469,7 @@ BAD = {
 def test_bad_snapshot_files_are_quarantined_with_their_lines(
     tmp_path: Path, cli_project: Callable[[str], Cli]
 ) -> None:
-    cli = cli_project("local")
+    cli = cli_project("local", without=CHANGES_HISTORY)
     folder = tmp_path / "landing" / "accounts"
     folder.mkdir(parents=True)
     header = ",".join(COLUMNS) + "\n"

@@ -183,26 +183,7 @@
 {% macro default__apply_history_markers_sql(ctx) %}
   {%- set q = adapter.quote -%}
   {%- set op = q('cdc__operation') -%}
-  {%- set values = {
-      'target_table': ctx.this_table,
-      'file_hash': 'cdc_files.' ~ q('file_hash'),
-      'file_name': 'cdc_files.' ~ q('file_name'),
-      'process_id': 'cdc_files.' ~ q('process_id'),
-      'invocation_id': ctx.invocation,
-      'applied_at': ctx.now,
-      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
-      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
-      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
-      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_new, 0)',
-  } -%}
-  {%- set columns = cdc._state_values('applied_files', values) -%}
-  {%- set sql -%}
-    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
-    select
-      {%- for c in columns %}
-      {{ c.value }}{{ ',' if not loop.last }}
-      {%- endfor %}
-    from {{ ctx.batch_files }} as cdc_files
+  {%- set joins -%}
     left join (
       select
         {{ q('cdc__file_hash') }} as cdc_file_hash,
@@ -214,10 +195,11 @@
       where {{ q('cdc__is_new') }} = 1
       group by {{ q('cdc__file_hash') }}
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
-    where cdc_files.{{ q('file_hash') }} not in (
-      select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
-      where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
-    )
   {%- endset -%}
-  {{ return(sql) }}
+  {{ return(cdc._insert_markers(ctx, joins, {
+      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
+      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_new, 0)',
+  })) }}
 {% endmacro %}

@@ -391,27 +391,8 @@
 {% endmacro %}
 {% macro default__apply_insert_markers_sql(ctx) %}
   {%- set q, lin = adapter.quote, ctx.lin -%}
-  {%- set values = {
-      'target_table': ctx.this_table,
-      'file_hash': 'cdc_files.' ~ q('file_hash'),
-      'file_name': 'cdc_files.' ~ q('file_name'),
-      'process_id': 'cdc_files.' ~ q('process_id'),
-      'invocation_id': ctx.invocation,
-      'applied_at': ctx.now,
-      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
-      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
-      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
-      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_applied, 0)',
-  } -%}
-  {%- set columns = cdc._state_values('applied_files', values) -%}
   {%- set action = q('cdc__action') -%}
-  {%- set sql -%}
-    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
-    select
-      {%- for c in columns %}
-      {{ c.value }}{{ ',' if not loop.last }}
-      {%- endfor %}
-    from {{ ctx.batch_files }} as cdc_files
+  {%- set counts -%}
     left join (
       select
         {{ lin.file_hash }} as cdc_file_hash,
@@ -422,6 +403,38 @@
       from {{ ctx.batch }}
       group by {{ lin.file_hash }}
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+  {%- endset -%}
+  {{ return(cdc._insert_markers(ctx, counts, {
+      'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
+      'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_applied, 0)',
+  })) }}
+{% endmacro %}
+
+{#- The markers INSERT every apply shares: one row per File of ctx.batch_files (alias cdc_files)
+    without a marker for this table, its counts from `joins` (left joins onto cdc_files) and
+    `counts` (rows_inserted, rows_updated, rows_deleted, rows_skipped: SQL expressions). -#}
+{% macro _insert_markers(ctx, joins, counts) %}
+  {%- set q = adapter.quote -%}
+  {%- set values = {
+      'target_table': ctx.this_table,
+      'file_hash': 'cdc_files.' ~ q('file_hash'),
+      'file_name': 'cdc_files.' ~ q('file_name'),
+      'process_id': 'cdc_files.' ~ q('process_id'),
+      'invocation_id': ctx.invocation,
+      'applied_at': ctx.now,
+  } -%}
+  {%- do values.update(counts) -%}
+  {%- set columns = cdc._state_values('applied_files', values) -%}
+  {%- set sql -%}
+    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ ctx.batch_files }} as cdc_files
+    {{ joins }}
     where cdc_files.{{ q('file_hash') }} not in (
       select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
       where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
@@ -485,7 +498,7 @@
   {%- set seq = 'cdc_model.' ~ adapter.quote(hist.get('valid_from') or cdc.lineage_columns().sequence) -%}
   select cdc_model.*
     {%- for col in cdc.lineage_on('applied') + (cdc.lineage_on('history') if history else []) %},
-    {%- set name = hist.names[col.key] if col.on == 'history' else col.name %}
+    {%- set name = hist.names.get(col.key, col.name) if history else col.name %}
     {%- if col.type == 'sequence' %}
     nullif({{ seq }}, {{ seq }}) as {{ adapter.quote(name) }}  {#- NULL, typed as the sequence (or valid_from) #}
     {%- else %}
