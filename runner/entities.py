@@ -28,7 +28,11 @@ TYPE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 DMS_OPERATIONS = {"I": "I", "U": "U", "D": "D"}
-DEBEZIUM_OPERATIONS = {"c": "I", "r": "I", "u": "U", "d": "D"}
+DEBEZIUM_OPERATIONS = {"c": "I", "r": "I", "u": "U", "d": "D", "t": "T"}
+# What an operation value maps to: insert, update, delete, or truncate (the whole table, at
+# the row's sequence: its key columns may be empty).
+OPERATION_KINDS = ("I", "U", "D", "T")
+NULL_MEANS = ("value", "unchanged")
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Entity:
     snapshot_kind: str | None = None
     compare: tuple[str, ...] = ()  # snapshot mode: the columns of the row hash, in order
     effective_date: EffectiveDate | None = None
+    # Partial updates (mode cdc, null_means: unchanged): the columns in which an update's NULL
+    # (or ``unchanged_placeholder``, staged as NULL) keeps the value the key had before it.
+    unchanged_columns: tuple[str, ...] = ()
+    unchanged_placeholder: str | None = None
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -95,6 +103,11 @@ class Entity:
         """The type of the staged sequence: the declared sequence column's, or ``date`` (the
         effective date) for a snapshot entity."""
         return "date" if self.is_snapshot else self.column(self.sequence).data_type
+
+    @property
+    def truncates(self) -> bool:
+        """Whether an operation value of this entity means a truncate (T)."""
+        return "T" in self.operations.values()
 
 
 def _yaml_files(project: Project) -> list[Path]:
@@ -163,7 +176,7 @@ def _parse(
     if mode not in MODES:
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
     known = {"mode", "landing", "format", "keys", "csv"}
-    known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"}
+    known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"} | PARTIAL_KEYS
     for key in sorted(set(cdc) - known):
         errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
     landing_raw = cdc.get("landing")
@@ -209,13 +222,14 @@ def _parse(
         if key not in names:
             errors.append(f"key column {key!r} is not among the declared columns")
     operations: dict[str, str] = {}
-    snapshot: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     if mode == "snapshot":
-        snapshot, snapshot_errors = _parse_snapshot(cdc, columns, keys)
+        extra, snapshot_errors = _parse_snapshot(cdc, columns, keys)
         errors.extend(snapshot_errors)
         sequence, op_column = "", ""
     else:
         sequence, op_column, operations = _parse_changes(cdc, names, errors)
+        extra = _parse_partial(cdc, names, [*keys, sequence, op_column], errors)
     csv_opts = cdc.get("csv") or {}
     staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
     staging_table = str(table.get("identifier", name))
@@ -242,7 +256,7 @@ def _parse(
             csv_header=bool(csv_opts.get("header", True)),
             csv_delimiter=str(csv_opts.get("delimiter", ",")),
             meta=dict(cdc),
-            **snapshot,
+            **extra,
         ),
         [],
     )
@@ -268,12 +282,57 @@ def _parse_changes(
     else:
         errors.append(f"operation.preset {preset!r} unknown; accepted: {sorted(presets)}")
         operations = {}
-    bad_ops = sorted({v for v in operations.values() if v not in ("I", "U", "D")})
+    bad_ops = sorted({v for v in operations.values() if v not in OPERATION_KINDS})
     if bad_ops:
-        errors.append(f"operation.values must map to I, U or D; got {bad_ops}")
+        errors.append(
+            f"operation.values must map to I, U, D or T (truncate); got {bad_ops}"
+        )
     if op_column not in names:
         errors.append(f"operation column {op_column!r} is not among the declared columns")
     return str(sequence or ""), op_column, operations
+
+
+PARTIAL_KEYS = {"null_means", "unchanged_columns", "unchanged_placeholder"}
+
+
+def _parse_partial(
+    cdc: dict[str, Any], names: list[str], fixed: list[str], errors: list[str]
+) -> dict[str, Any]:
+    """Mode cdc, partial updates: ``null_means: unchanged`` makes an update's NULL keep the
+    key's previous value, in ``unchanged_columns`` (default: every column but the keys, the
+    sequence and the operation); ``unchanged_placeholder`` (Debezium's
+    ``__debezium_unavailable_value``, a DMS LOB placeholder) is read as such a NULL there."""
+    null_means = str(cdc.get("null_means", "value"))
+    if null_means not in NULL_MEANS:
+        errors.append(f"null_means {null_means!r} unknown; accepted: {list(NULL_MEANS)}")
+    listed = cdc.get("unchanged_columns")
+    placeholder = cdc.get("unchanged_placeholder")
+    if null_means != "unchanged":
+        for key in ("unchanged_columns", "unchanged_placeholder"):
+            if cdc.get(key) is not None:
+                errors.append(
+                    f"{key} needs null_means: unchanged (an update's NULL then keeps the value "
+                    "the key had; the placeholder is staged as that NULL)"
+                )
+        return {}
+    if listed is None:
+        columns = [n for n in names if n not in fixed]
+    elif isinstance(listed, list) and listed and all(isinstance(c, str) for c in listed):
+        columns = list(listed)
+    else:
+        errors.append("unchanged_columns must be a non-empty list of declared columns")
+        columns = []
+    for col in columns:
+        if col not in names:
+            errors.append(f"unchanged_columns: {col!r} is not among the declared columns")
+        elif col in fixed:
+            errors.append(
+                f"unchanged_columns: {col!r} is a key, the sequence or the operation column"
+            )
+    if placeholder is not None and (not isinstance(placeholder, str) or not placeholder):
+        errors.append("unchanged_placeholder must be a non-empty string")
+        placeholder = None
+    return {"unchanged_columns": tuple(columns), "unchanged_placeholder": placeholder}
 
 
 SNAPSHOT_KEYS = {"snapshot_kind", "compare", "effective_date"}

@@ -145,6 +145,39 @@
   {{ return({}) }}
 {% endmacro %}
 
+{#- A change entity's partial updates and truncates, from its meta.cdc (the runner validates
+    the same keys: runner/entities.py):
+      null_means: unchanged  an update's NULL keeps the key's previous value, in
+                             unchanged_columns (default: every declared column but the keys,
+                             the sequence and the operation column);
+      operation values       one of them may map to T: a truncate of the whole table.
+    Returns {unchanged: [lower-cased column names], truncates: bool}. -#}
+{% macro change_settings(name) %}
+  {%- set meta = cdc.entity_settings(name) -%}
+  {%- set unchanged = [] -%}
+  {%- if meta.get('null_means', 'value') == 'unchanged' -%}
+    {%- set op = meta.get('operation') or {} -%}
+    {%- set fixed = (meta.get('keys') if meta.get('keys') is not string else [meta.get('keys')]) + [meta.get('sequence'), op.get('column', 'Op')] -%}
+    {%- set fixed = fixed | map('lower') | list -%}
+    {%- set listed = meta.get('unchanged_columns') -%}
+    {%- if listed is none -%}
+      {%- for node in graph.sources.values() if node.name == name -%}
+        {%- set listed = node.columns.keys() | list -%}
+        {%- for c in listed if c | lower not in fixed -%}{%- do unchanged.append(c | lower) -%}{%- endfor -%}
+      {%- endfor -%}
+    {%- else -%}
+      {%- for c in listed if c | lower not in fixed -%}{%- do unchanged.append(c | lower) -%}{%- endfor -%}
+    {%- endif -%}
+  {%- endif -%}
+  {%- set op = meta.get('operation') or {} -%}
+  {%- if op.get('values') -%}
+    {%- set truncates = 'T' in (op.get('values').values() | map('string') | map('upper') | list) -%}
+  {%- else -%}
+    {%- set truncates = (op.get('preset', 'dms') | lower) == 'debezium' -%}
+  {%- endif -%}
+  {{ return({'unchanged': unchanged, 'truncates': truncates}) }}
+{% endmacro %}
+
 {#- The history settings of this model (meta.cdc beside history: true), validated:
       valid_from: a column of the model: each version's validity starts at its value (the
                   change's time at the source; a change entity only). Default: the sequence

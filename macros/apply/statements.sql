@@ -8,12 +8,19 @@
                       latest applied (the check, one aggregate over the keys, runs before the
                       statements are rendered: cdc.target_has_duplicate_keys, and warns);
     batch_files       the Files staged for this entity without a marker for this target;
+    truncate          only when the entity declares a truncate operation (T): the batch's
+                      last truncate, if newer than the table's watermark;
     classify          their rows' last change per key, classified against the target and the
-                      tombstones (insert, update, delete, stale);
+                      tombstones (insert, update, delete, stale); with partial updates
+                      (null_means: unchanged), an unchanged column filled from the key's
+                      earlier changes or its target row;
+    truncate_target   with a truncate in the batch: delete the target rows not newer than it;
     merge_target      MERGE into the target: insert new keys, update or delete only with a
                       newer sequence;
     merge_tombstones  remember each applied delete's key and sequence, forget it on re-insert;
-    insert_markers    one Applied File Marker per File, with its row counts.
+                      a truncate is remembered as the table's watermark (an empty key);
+    insert_markers    one Applied File Marker per File, with its row counts (a truncate's
+                      File: the rows it removed are in rows_deleted).
 
   The adapter wrappers (spark.sql, databricks.sql) run the statements in order, or as one
   transaction (postgres.sql, bigquery.sql). Replaying them after a crash anywhere gives the same
@@ -38,7 +45,9 @@
       cdc.apply_lock_sql(ctx),
       cdc.apply_dedupe_target_sql(ctx),
       cdc.apply_batch_files_sql(ctx),
+      cdc.apply_truncate_sql(ctx),
       cdc.apply_classify_sql(ctx),
+      cdc.apply_truncate_target_sql(ctx),
       cdc.apply_merge_target_sql(ctx),
       cdc.apply_merge_tombstones_sql(ctx),
       cdc.apply_insert_markers_sql(ctx),
@@ -106,6 +115,11 @@
   {%- for k in keys -%}{%- do quoted_keys.append(q(by_name[k | lower].name)) -%}{%- endfor -%}
   {%- set model_columns = [] -%}
   {%- for c in columns if (c.name | lower) not in applied_names -%}{%- do model_columns.append(q(c.name)) -%}{%- endfor -%}
+  {%- set changes = cdc.change_settings(entity) if mode != 'snapshot' else {'unchanged': [], 'truncates': false} -%}
+  {%- set partial = [] -%}
+  {%- for c in columns if (c.name | lower) in changes.unchanged and (c.name | lower) not in (keys | map('lower') | list) -%}
+    {%- do partial.append({'column': q(c.name), 'value': q('cdc__v' ~ loop.index), 'fill': q('cdc__fill' ~ loop.index)}) -%}
+  {%- endfor -%}
   {%- set current = target -%}
   {%- if history -%}
     {%- set current = '(select * from ' ~ target ~ ' as cdc_open where '
@@ -128,6 +142,9 @@
       'valid_to_current': hist.get('valid_to_current'),
       'history_deletes': cdc.state_relation('history_deletes'),
       'mode': mode,
+      'partial': partial,
+      'truncates': changes.truncates,
+      'truncate': cdc.scratch_relation(target, 'truncate'),
       'kind': settings.get('snapshot_kind'),
       'entity': cdc.sql_string(entity),
       'this_table': cdc.sql_string(target_name),
@@ -265,26 +282,51 @@
 
 {#- The batch: the last change per key (ties: later File, later row), classified against the
     target row and the key's tombstone. The earlier changes of a key are not kept: the markers
-    count them from the batch Files' row counts. -#}
+    count them from the batch Files' row counts.
+    Partial updates (ctx.partial: null_means: unchanged): a column the last change leaves NULL
+    takes the last value set since the key's last insert or delete among the batch's changes
+    newer than the target row, else the target row's. A truncate (ctx.truncates): changes not
+    newer than the batch's truncate or the table's watermark are stale, and so are target rows
+    (apply_truncate_target_sql deletes them). -#}
 {% macro apply_classify_sql(ctx) %}
   {{ return(adapter.dispatch('apply_classify_sql', 'cdc')(ctx)) }}
 {% endmacro %}
 {% macro default__apply_classify_sql(ctx) %}
   {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set on_keys = cdc._on_keys(ctx.key_columns, 'cdc_dest', 'cdc_changes') -%}
   {%- set sql -%}
     with cdc_changes as (
       select
-        cdc_src.*,
+        cdc_src.*,{% if ctx.truncates %} cdc_trunc.{{ q('cdc__watermark') }},{% endif %}
         row_number() over (
           partition by {% for k in ctx.key_columns %}cdc_src.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
           order by cdc_src.{{ lin.sequence }} desc, cdc_src.{{ lin.file_hash }} desc,
                    cdc_src.{{ lin.row_number }} desc
         ) as {{ q('cdc__rank') }}
       from {{ ctx.source }} as cdc_src
+      {{ cdc._after_truncates(ctx, 'cdc_src') }}
       where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
-    )
+      {%- if ctx.truncates %}
+        and cdc_src.{{ lin.operation }} <> 'T'
+        and (cdc_trunc.{{ q('cdc__watermark') }} is null
+             or cdc_src.{{ lin.sequence }} > cdc_trunc.{{ q('cdc__watermark') }})
+      {%- endif %}
+    ){% if ctx.partial %},
+    {{ cdc._partial_fill_ctes(ctx) }}{% endif %}
     select
+      {%- if ctx.partial %}
+      {%- for c in ctx.model_columns %}
+      {%- set p = ctx.partial | selectattr('column', 'equalto', c) | first %}
+      {%- if p %}
+      case when cdc_fill.{{ q('cdc__reset') }} is null then coalesce(cdc_fill.{{ p.fill }}, cdc_dest.{{ c }})
+           else cdc_fill.{{ p.fill }} end as {{ c }},
+      {%- else %}
+      cdc_changes.{{ c }},
+      {%- endif %}
+      {%- endfor %}
+      {%- else %}
       cdc_changes.*,
+      {%- endif %}
       {{ cdc._key_text('cdc_changes', ctx.key_columns) }} as {{ q('cdc__key_text') }},
       case
         when cdc_dest.{{ lin.sequence }} is not null
@@ -296,14 +338,149 @@
         else 'insert'
       end as {{ q('cdc__action') }}
     from cdc_changes
-    left join {{ ctx.target }} as cdc_dest
-      on {% for k in ctx.key_columns %}cdc_dest.{{ k }} = cdc_changes.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
-    left join {{ ctx.tombstones }} as cdc_tomb
-      on cdc_tomb.{{ q('target_table') }} = {{ ctx.this_table }}
-      and cdc_tomb.{{ q('key_text') }} = {{ cdc._key_text('cdc_changes', ctx.key_columns) }}
+    {{ cdc._dest_and_tombstone(ctx, 'cdc_changes') }}
+    {%- if ctx.partial %}
+    left join cdc_fill
+      on {{ cdc._on_keys(ctx.key_columns, 'cdc_fill', 'cdc_changes') }}
+    {%- endif %}
     where cdc_changes.{{ q('cdc__rank') }} = 1
   {%- endset -%}
   {{ return(cdc.create_scratch_sql(ctx.batch, sql)) }}
+{% endmacro %}
+
+{#- `a.k = b.k and ...` over the key columns. -#}
+{% macro _on_keys(keys, a, b) -%}
+  {%- for k in keys %}{{ a }}.{{ k }} = {{ b }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor -%}
+{%- endmacro %}
+
+{#- The joins every change needs to be classified: the target row of its key (alias cdc_dest;
+    rows not newer than the truncate watermark count as gone) and its key's tombstone
+    (cdc_tomb). -#}
+{% macro _dest_and_tombstone(ctx, alias) -%}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+    left join {{ ctx.target }} as cdc_dest
+      on {{ cdc._on_keys(ctx.key_columns, 'cdc_dest', alias) }}
+      {%- if ctx.truncates %}
+      and ({{ alias }}.{{ q('cdc__watermark') }} is null or cdc_dest.{{ lin.sequence }} > {{ alias }}.{{ q('cdc__watermark') }})
+      {%- endif %}
+    left join {{ ctx.tombstones }} as cdc_tomb
+      on cdc_tomb.{{ q('target_table') }} = {{ ctx.this_table }}
+      and cdc_tomb.{{ q('key_text') }} = {{ cdc._key_text(alias, ctx.key_columns) }}
+{%- endmacro %}
+
+{#- With truncates declared: the one-row watermark (the newer of the batch's truncate and the
+    table's last), joined to every change as cdc_trunc. -#}
+{% macro _after_truncates(ctx, alias) -%}
+  {%- if not ctx.truncates -%}{{ return('') }}{%- endif -%}
+  {%- set q = adapter.quote -%}
+    cross join (
+      select max(cdc_w.{{ q('cdc__seq') }}) as {{ q('cdc__watermark') }}
+      from (
+        select cdc_cut.{{ q('cdc__truncate_seq') }} as {{ q('cdc__seq') }} from {{ ctx.truncate }} as cdc_cut
+        union all
+        select cast(cdc_wm.{{ q('sequence_text') }} as {{ ctx.sequence_type }}) from {{ ctx.tombstones }} as cdc_wm
+        where cdc_wm.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_wm.{{ q('key_text') }} = ''
+      ) as cdc_w
+    ) as cdc_trunc
+{%- endmacro %}
+
+{#- Partial updates: per key, over the batch's changes newer than the target row and the
+    tombstone (cdc_relevant, numbered in order), the position of the last insert or delete
+    (cdc__reset) and, per unchanged-able column, its last non-NULL value from there on. -#}
+{% macro _partial_fill_ctes(ctx) -%}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set keys = ctx.key_columns -%}
+    cdc_relevant as (
+      select cdc_changes.*,
+        row_number() over (
+          partition by {% for k in keys %}cdc_changes.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+          order by cdc_changes.{{ lin.sequence }}, cdc_changes.{{ lin.file_hash }}, cdc_changes.{{ lin.row_number }}
+        ) as {{ q('cdc__pos') }}
+      from cdc_changes
+      {{ cdc._dest_and_tombstone(ctx, 'cdc_changes') }}
+      where (cdc_dest.{{ lin.sequence }} is null or cdc_changes.{{ lin.sequence }} > cdc_dest.{{ lin.sequence }})
+        and (cdc_tomb.{{ q('sequence_text') }} is null
+             or cdc_changes.{{ lin.sequence }} > cast(cdc_tomb.{{ q('sequence_text') }} as {{ ctx.sequence_type }}))
+    ),
+    cdc_reset as (
+      select {% for k in keys %}{{ k }}, {% endfor %}
+        max(case when {{ lin.operation }} in ('I', 'D') then {{ q('cdc__pos') }} end) as {{ q('cdc__reset') }}
+      from cdc_relevant
+      group by {% for k in keys %}{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+    ),
+    cdc_fill as (
+      select {% for k in keys %}cdc_relevant.{{ k }}, {% endfor %}cdc_reset.{{ q('cdc__reset') }},
+      {%- for p in ctx.partial %}
+        {{ cdc.last_non_null('cdc_relevant.' ~ p.column,
+            'cdc_relevant.' ~ q('cdc__pos') ~ ' >= coalesce(cdc_reset.' ~ q('cdc__reset') ~ ', 0)',
+            'cdc_relevant.' ~ q('cdc__pos')) }} as {{ p.fill }}{{ ',' if not loop.last }}
+      {%- endfor %}
+      from cdc_relevant
+      inner join cdc_reset on {{ cdc._on_keys(keys, 'cdc_reset', 'cdc_relevant') }}
+      group by {% for k in keys %}cdc_relevant.{{ k }}, {% endfor %}cdc_reset.{{ q('cdc__reset') }}
+    )
+{%- endmacro %}
+
+{#- An aggregate: the value of `column` on the row of highest `position` among those where
+    `condition` holds and `column` is not NULL (NULL when there is none). -#}
+{% macro last_non_null(column, condition, position) %}
+  {{ return(adapter.dispatch('last_non_null', 'cdc')(column, condition, position)) }}
+{% endmacro %}
+{% macro default__last_non_null(column, condition, position) -%}
+  {{ return('(array_agg(' ~ column ~ ' order by ' ~ position ~ ' desc) filter (where ' ~ column
+      ~ ' is not null and ' ~ condition ~ '))[1]') }}
+{%- endmacro %}
+{% macro spark__last_non_null(column, condition, position) -%}
+  {{ return('max_by(' ~ column ~ ', case when ' ~ column ~ ' is not null and ' ~ condition
+      ~ ' then ' ~ position ~ ' end)') }}
+{%- endmacro %}
+{% macro bigquery__last_non_null(column, condition, position) -%}
+  {{ return('array_agg(if(' ~ condition ~ ', ' ~ column ~ ', null) ignore nulls order by ' ~ position
+      ~ ' desc limit 1)[safe_offset(0)]') }}
+{%- endmacro %}
+
+{#- Truncates (ctx.truncates): the batch's last truncate, when newer than the table's
+    watermark: its sequence, File and process, and how many target rows it removes (for the
+    markers). Zero rows when the batch has none, or only older ones. -#}
+{% macro apply_truncate_sql(ctx) %}
+  {%- if not ctx.truncates -%}{{ return('') }}{%- endif -%}
+  {{ return(adapter.dispatch('apply_truncate_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_truncate_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {%- set sql -%}
+    select cdc_t.{{ q('cdc__truncate_seq') }}, cdc_t.{{ q('cdc__file_hash') }}, cdc_t.{{ q('cdc__process_id') }},
+      count(cdc_dest.{{ lin.sequence }}) as {{ q('cdc__removed') }}
+    from (
+      select cdc_src.{{ lin.sequence }} as {{ q('cdc__truncate_seq') }}, cdc_src.{{ lin.file_hash }} as {{ q('cdc__file_hash') }},
+        cdc_src.{{ lin.process_id }} as {{ q('cdc__process_id') }},
+        row_number() over (order by cdc_src.{{ lin.sequence }} desc, cdc_src.{{ lin.file_hash }} desc,
+          cdc_src.{{ lin.row_number }} desc) as {{ q('cdc__rank') }}
+      from {{ ctx.source }} as cdc_src
+      where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+        and cdc_src.{{ lin.operation }} = 'T'
+    ) as cdc_t
+    left join {{ ctx.tombstones }} as cdc_wm
+      on cdc_wm.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_wm.{{ q('key_text') }} = ''
+    left join {{ ctx.target }} as cdc_dest
+      on cdc_dest.{{ lin.sequence }} <= cdc_t.{{ q('cdc__truncate_seq') }}
+    where cdc_t.{{ q('cdc__rank') }} = 1
+      and (cdc_wm.{{ q('sequence_text') }} is null
+           or cdc_t.{{ q('cdc__truncate_seq') }} > cast(cdc_wm.{{ q('sequence_text') }} as {{ ctx.sequence_type }}))
+    group by cdc_t.{{ q('cdc__truncate_seq') }}, cdc_t.{{ q('cdc__file_hash') }}, cdc_t.{{ q('cdc__process_id') }}
+  {%- endset -%}
+  {{ return(cdc.create_scratch_sql(ctx.truncate, sql)) }}
+{% endmacro %}
+
+{#- The target rows the batch's truncate removes: every row not newer than it. -#}
+{% macro apply_truncate_target_sql(ctx) %}
+  {%- if not ctx.truncates -%}{{ return('') }}{%- endif -%}
+  {{ return(adapter.dispatch('apply_truncate_target_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_truncate_target_sql(ctx) %}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
+  {{ return('delete from ' ~ ctx.target ~ ' where ' ~ lin.sequence ~ ' <= (select max(' ~ q('cdc__truncate_seq')
+      ~ ') from ' ~ ctx.truncate ~ ')') }}
 {% endmacro %}
 
 {#- The target. The sequence guards repeat the classification, for safety. -#}
@@ -368,6 +545,12 @@
           select cdc_known.{{ q('key_text') }} from {{ ctx.tombstones }} as cdc_known
           where cdc_known.{{ q('target_table') }} = {{ ctx.this_table }}
         ))
+      {%- if ctx.truncates %}
+      union all
+      {#- The truncate: the table's watermark, under the empty key no real key can have. #}
+      select '', {{ q('cdc__truncate_seq') }}, 'D', {{ q('cdc__file_hash') }}, {{ q('cdc__process_id') }}
+      from {{ ctx.truncate }}
+      {%- endif %}
     ) as {{ S }}
     on {{ D }}.{{ q('target_table') }} = {{ ctx.this_table }} and {{ D }}.{{ q('key_text') }} = {{ S }}.{{ q('cdc__key_text') }}
     when matched and {{ S }}.{{ lin.operation }} <> 'D' then delete
@@ -403,12 +586,17 @@
       from {{ ctx.batch }}
       group by {{ lin.file_hash }}
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    {%- if ctx.truncates %}
+    left join {{ ctx.truncate }} as cdc_cut on cdc_cut.{{ q('cdc__file_hash') }} = cdc_files.{{ q('file_hash') }}
+    {%- endif %}
   {%- endset -%}
+  {%- set removed = (' + coalesce(cdc_cut.' ~ q('cdc__removed') ~ ', 0)') if ctx.truncates else '' -%}
+  {%- set cut = (' - (case when cdc_cut.' ~ q('cdc__file_hash') ~ ' is null then 0 else 1 end)') if ctx.truncates else '' -%}
   {{ return(cdc._insert_markers(ctx, counts, {
       'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
       'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
-      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)',
-      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_applied, 0)',
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)' ~ removed,
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_applied, 0)' ~ cut,
   })) }}
 {% endmacro %}
 

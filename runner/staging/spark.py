@@ -245,7 +245,18 @@ def _typed(raw: DataFrame, entity: Entity, header: list[str]) -> DataFrame:
     """The declared columns cast to their types (raw strings kept under ``RAW`` names)."""
     from pyspark.sql import functions as F
 
-    out = raw.select(*[F.col(c).alias(RAW + c) for c in header], CORRUPT, FILE_URI, BLOCK, ID)
+    placeholder = entity.unchanged_placeholder
+
+    def raw_value(c: str) -> Column:
+        # A partial update's placeholder ("unchanged", e.g. an unavailable TOAST value) is read
+        # as the NULL that null_means: unchanged keeps the previous value for.
+        if placeholder is not None and c in entity.unchanged_columns:
+            return F.when(F.col(c).cast("string") == F.lit(placeholder), F.lit(None)).otherwise(
+                F.col(c)
+            )
+        return F.col(c)
+
+    out = raw.select(*[raw_value(c).alias(RAW + c) for c in header], CORRUPT, FILE_URI, BLOCK, ID)
     return out.select(
         "*", *[F.col(RAW + c.name).cast(c.data_type).alias(c.name) for c in entity.columns]
     )
@@ -262,9 +273,16 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
     )
     checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
     eff = entity.effective_date
+    op_value = _op_map(entity)[F.col(RAW + entity.operation_column)]
+    truncate = F.coalesce(op_value == F.lit("T"), F.lit(False)) if entity.truncates else None
     for col in entity.columns:
         raw_col = F.col(RAW + col.name)
-        if col.name in entity.keys or col.name == entity.sequence:
+        if col.name in entity.keys and truncate is not None:
+            # A truncate is of the whole table: its key columns may be empty.
+            checks.append(
+                F.when(raw_col.isNull() & ~truncate, F.lit(f"column {col.name!r}: NULL in a key"))
+            )
+        elif col.name in entity.keys or col.name == entity.sequence:
             what = "a key" if entity.is_snapshot else "a key or sequence"
             checks.append(F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in {what}")))
         elif eff is not None and col.name == eff.column:
