@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import drop_database, make_project, read_table
+from conftest import Cli, drop_database, make_project, read_table
 from test_apply import (
     HEADER,
     LATE,
@@ -268,27 +268,18 @@ def current_rows(rows: list[dict]) -> dict[int, tuple]:
 
 
 def run_scenario(
-    target: str,
-    project: Project,
-    spark: Any,
-    tmp_path: Path,
+    ingest: Callable[[list[Path]], dict[str, str]],
     build: Callable[[], None],
     read: Callable[[str], list[dict]],
+    folder: Path,
 ) -> None:
-    """Ingest and build the scenario's Files build by build, checking both tables after each."""
-    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-    db.upgrade()
-    folder = tmp_path / "landing" / "customers"
+    """Ingest and build the scenario's Files build by build, checking both tables after each.
+    `ingest` stages the landing folder and gives each File's process id."""
     pids: dict[str, str] = {}
     now, hist = CurrentOracle(), HistoryOracle(pids)
     for files in BUILDS:
         batch = [write(folder / n, rows) for n, rows in files.items()]
-        pid = new_process_id()
-        db.start_run(pid, "ingest", target)
-        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
-        pids.update({p.name: pid for p in batch})
-        states = {Path(f.path).name: f.state for f in db.files()}
-        assert not {states[p.name] for p in batch} & {"QUARANTINED", "FAILED"}, states
+        pids.update(ingest(batch))
         build()
         now.apply(batch)
         hist.apply(batch)
@@ -306,7 +297,6 @@ def run_scenario(
         2,
         1,
     )
-    db.dispose()
 
 
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -316,10 +306,13 @@ def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     return request.param
 
 
+SAMPLE_SNAPSHOTS = ("accounts", "accounts_history")  # not this scenario's
+
+
 def test_partial_updates_and_truncates_equal_the_oracles(
     spark, tmp_path: Path, target: str
 ) -> None:
-    root = make_project(tmp_path / "repo", without=("accounts", "accounts_history"))
+    root = make_project(tmp_path / "repo", without=SAMPLE_SNAPSHOTS)
     declare(root)
     (root / "dbt_project" / "dbt_packages").mkdir()
     (root / "dbt_project" / "dbt_packages" / "cdc").symlink_to(root / "macros")
@@ -327,6 +320,17 @@ def test_partial_updates_and_truncates_equal_the_oracles(
     schema = project.target["schema"]
     if target == "local":
         drop_database(spark, schema)
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    folder = tmp_path / "landing" / "customers"
+
+    def stage(batch: list[Path]) -> dict[str, str]:
+        pid = new_process_id()
+        db.start_run(pid, "ingest", target)
+        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
+        states = {Path(f.path).name: f.state for f in db.files()}
+        assert not {states[p.name] for p in batch} & {"QUARANTINED", "FAILED"}, states
+        return {p.name: pid for p in batch}
 
     def build() -> None:
         res = dbt_build(
@@ -335,6 +339,29 @@ def test_partial_updates_and_truncates_equal_the_oracles(
         assert res.success, res.exception
 
     run_scenario(
-        target, project, spark, tmp_path, build,
-        lambda table: read_table(target, spark, project, schema, table),
-    )  # fmt: skip
+        stage, build, lambda table: read_table(target, spark, project, schema, table), folder
+    )
+    db.dispose()
+
+
+@pytest.mark.bigquery
+def test_partial_updates_and_truncates_on_bigquery(
+    tmp_path: Path, cli_project: Callable[..., Cli]
+) -> None:
+    """The same scenario on the BigQuery emulator, through the commands a user runs."""
+    from test_bigquery import read
+
+    cli = cli_project("bigquery", SAMPLE_SNAPSHOTS)
+    declare(cli.root)
+    landing = tmp_path / "landing"
+
+    def stage(batch: list[Path]) -> dict[str, str]:
+        cli("runner", "ingest", "--landing", str(landing), "--target", "bigquery")
+        pids = {m["file_name"]: m["process_id"] for m in read(cli, "cdc_staged_files")}
+        return {p.name: pids[p.name] for p in batch}
+
+    def build() -> None:
+        cli("dbt", "build", "--project-dir", "dbt_project", "--target", "bigquery", "--select",
+            "+customers", "+customers_changes_history")  # fmt: skip
+
+    run_scenario(stage, build, lambda table: read(cli, table), landing / "customers")

@@ -23,7 +23,7 @@
 {% macro bigquery_script(statements, target) %}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- set drops = [] -%}
-  {%- for suffix in ['files', 'batch'] -%}
+  {%- for suffix in ['files', 'batch', 'truncate', 'dedupe'] -%}
     {%- do drops.append('drop table if exists ' ~ cdc.scratch_relation(target, suffix)) -%}
   {%- endfor -%}
   {%- set drop_sql = drops | join(';\n') ~ ';\n' -%}

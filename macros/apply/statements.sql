@@ -435,8 +435,10 @@
       ~ ' then ' ~ position ~ ' end)') }}
 {%- endmacro %}
 {% macro bigquery__last_non_null(column, condition, position) -%}
+  {#- Without LIMIT 1, which the emulator's translation cannot read (a key's changes in one
+      batch are few). #}
   {{ return('array_agg(if(' ~ condition ~ ', ' ~ column ~ ', null) ignore nulls order by ' ~ position
-      ~ ' desc limit 1)[safe_offset(0)]') }}
+      ~ ' desc)[safe_offset(0)]') }}
 {%- endmacro %}
 
 {#- Truncates (ctx.truncates): the batch's last truncate, when newer than the table's
