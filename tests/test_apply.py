@@ -1,11 +1,14 @@
-"""`runner ingest` then `dbt build` on local Spark + Iceberg and on PostgreSQL: the customers
-table equals a plain-Python oracle over a multi-File scenario (several changes per key per
-File, rows out of order, deletes, re-inserts, late Files, a byte-identical copy, a broken File,
-a header-only File), a second build changes nothing, and a run that fails between the MERGE
-and the markers is repaired by the next one."""
+"""`runner ingest` then `dbt build` on local Spark + Iceberg and on PostgreSQL: after every
+build of a multi-File scenario (several changes per key per File, rows out of order, deletes,
+re-inserts, late Files, a byte-identical copy, a broken File, a header-only File, partial
+updates, a truncate, a late File older than it) the customers table and its change history
+equal plain-Python oracles that fold the changes in order; a second build changes nothing, and
+a run that fails between the MERGE and the markers is repaired by the next one. Also: the
+ADR-019 guard on a dirty target, and a history with deletion records and dbt's names."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import shutil
 from collections.abc import Iterator
@@ -16,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import drop_database, query, read_table
+import yaml
+from conftest import drop_database, make_project, query, read_table
 
 from audit import AuditDB
 from runner.contract import lineage_columns, lineage_on, state_tables
@@ -170,6 +174,227 @@ def history_oracle(
     return sorted(out)
 
 
+PARTIAL = ("email", "tier", "balance")  # unchanged_columns of the scenario's declaration
+PLACEHOLDER = "__unavailable__"
+
+
+def partial(n: int, key: int, tag: str, **values: str) -> list[str]:
+    """An update that sets name and updated_at and only the partial columns given; the others
+    are empty (NULL: unchanged) or the placeholder."""
+    row = change("U", n, key, tag)
+    cols = dict(zip(HEADER, row, strict=True))
+    for c in PARTIAL:
+        cols[c] = values.get(c, "")
+    return [cols[h] for h in HEADER]
+
+
+def truncate(n: int) -> list[str]:
+    return ["T", seq(n)] + [""] * (len(HEADER) - 2)
+
+
+PARTIAL_FILE = {
+    "20260301-081100000.csv": [
+        partial(34, 5, "p"),  # only name and updated_at: email, tier, balance kept
+        partial(35, 1, "p", email="k1.p@example.com", balance=PLACEHOLDER),
+        change("I", 36, 10, "ten"),
+        partial(37, 10, "p", tier="silver"),  # filled from the insert in the same File
+        change("D", 38, 10),
+        partial(39, 10, "p", balance="1.50"),  # back after a delete: nothing to keep
+    ],
+}
+LATE_PARTIAL = {
+    # Older than k3's applied row (stale in the current state); its history version is filled
+    # from k3's earlier versions.
+    "20260301-080100000.csv": [partial(14, 3, "latep", tier="bronze")],
+}
+TRUNCATE_FILE = {
+    "20260301-083000000.csv": [
+        partial(44, 2, "p", email="k2.p@example.com"),  # before the truncate: removed by it
+        truncate(45),
+        change("I", 46, 11, "eleven"),
+        partial(47, 9, "p", balance="9.99"),  # after the truncate: a new row, NULLs stay
+    ],
+}
+LATE_TRUNCATED = {
+    # Older than the truncate: stale in the current state, closed by it in the history.
+    "20260301-082500000.csv": [change("U", 21, 1, "late2"), change("I", 22, 12, "twelve")],
+}
+SAMPLE_SNAPSHOTS = ("accounts", "accounts_history")  # not this scenario's
+
+
+def declare(root: Path) -> None:
+    """The scenario's declaration: customers with partial updates and a truncate operation."""
+    path = root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
+    doc = yaml.safe_load(path.read_text())
+    table = next(t for t in doc["sources"][0]["tables"] if t["name"] == "customers")
+    cdc = table["meta"]["cdc"]
+    cdc["operation"] = {"column": "Op", "values": {"I": "I", "U": "U", "D": "D", "T": "T"}}
+    cdc["null_means"] = "unchanged"
+    cdc["unchanged_columns"] = list(PARTIAL)
+    cdc["unchanged_placeholder"] = PLACEHOLDER
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+
+
+def value(column: str, raw: str) -> Any:
+    if raw in ("", PLACEHOLDER):
+        return None
+    if column == "balance":
+        return Decimal(raw)
+    if column == "updated_at":
+        return datetime.fromisoformat(raw)
+    return raw
+
+
+def changes(files: list[Path]) -> list[dict[str, Any]]:
+    """Every change of `files`, in sequence order: op, seq, key, file, values (None: NULL)."""
+    out = []
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                out.append(
+                    {
+                        "op": row["Op"],
+                        "seq": row["AR_H_CHANGE_SEQ"],
+                        "key": int(row["customer_id"]) if row["customer_id"] else None,
+                        "file": path.name,
+                        "values": {c: value(c, row[c]) for c in HEADER[3:]},
+                    }
+                )
+    return sorted(out, key=lambda c: c["seq"])
+
+
+class CurrentOracle:
+    """The current state, build by build: each batch's changes in sequence order; a change not
+    newer than its key's row, its key's delete or the last truncate is stale; an insert sets
+    every column, an update every column but a partial one it leaves NULL (that keeps the
+    row's value, if the key has a row); a truncate removes every row not newer than it."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+        self.tombs: dict[int, str] = {}
+        self.watermark = ""
+        self.removed: dict[str, int] = {}  # File -> rows its truncate removed
+
+    def apply(self, batch: list[Path]) -> None:
+        before = {k: r["seq"] for k, r in self.rows.items()}
+        for c in changes(batch):
+            s, key = c["seq"], c["key"]
+            if s <= self.watermark:
+                continue
+            if c["op"] == "T":
+                self.watermark = s
+                self.removed[c["file"]] = sum(1 for x in before.values() if x <= s)
+                self.rows = {k: r for k, r in self.rows.items() if r["seq"] > s}
+                continue
+            if (key in self.rows and s <= self.rows[key]["seq"]) or s <= self.tombs.get(key, ""):
+                continue
+            if c["op"] == "D":
+                self.rows.pop(key, None)
+                self.tombs[key] = s
+                continue
+            new = dict(c["values"])
+            if c["op"] == "U" and key in self.rows:
+                for col in PARTIAL:
+                    if new[col] is None:
+                        new[col] = self.rows[key][col]
+            self.rows[key] = {**new, "seq": s, "file": c["file"]}
+            self.tombs.pop(key, None)
+
+    def table(self) -> dict[int, tuple]:
+        return {
+            k: (
+                r["name"],
+                r["email"],
+                r["tier"],
+                r["balance"],
+                r["updated_at"],
+                r["seq"],
+                r["file"],
+            )
+            for k, r in self.rows.items()
+        }
+
+
+class HistoryOracle:
+    """The change history, build by build: per key, its changes and every truncate in sequence
+    order; each insert or update is a version valid from its change time until the key's next
+    change, delete or truncate. A version's partial column left NULL takes the last value set
+    since the key's last insert, delete or truncate, as the history held it when the version
+    was applied (a late change does not re-fill versions applied before it)."""
+
+    def __init__(self, pids: dict[str, str]) -> None:
+        self.pids = pids
+        self.events: dict[int, list[dict[str, Any]]] = {}
+        self.truncates: list[dict[str, Any]] = []
+
+    def apply(self, batch: list[Path]) -> None:
+        new = changes(batch)
+        for c in new:
+            if c["op"] == "T":
+                self.truncates.append({**c, "stored": None})
+            else:
+                self.events.setdefault(c["key"], []).append({**c, "stored": None})
+        for key in {c["key"] for c in new if c["op"] != "T"} | (
+            set(self.events) if any(c["op"] == "T" for c in new) else set()
+        ):
+            ordered = sorted(self.events[key] + self.truncates, key=lambda e: e["seq"])
+            for i, e in enumerate(ordered):
+                if e["stored"] is not None or e["op"] not in ("I", "U"):
+                    continue
+                filled = dict(e["values"])
+                for col in PARTIAL:
+                    j = i
+                    while filled[col] is None and j > 0 and ordered[j]["op"] == "U":
+                        j -= 1
+                        if ordered[j]["op"] in ("D", "T"):
+                            break
+                        prior = ordered[j]["stored"] or ordered[j]["values"]
+                        filled[col] = prior[col]
+                e["filled"] = filled
+            for e in ordered:
+                if e["op"] in ("I", "U") and e["stored"] is None:
+                    e["stored"] = e.pop("filled")
+
+    def table(self) -> list[tuple]:
+        out = []
+        for key, own in self.events.items():
+            ordered = sorted(own + self.truncates, key=lambda e: e["seq"])
+            for i, e in enumerate(ordered):
+                if e["op"] not in ("I", "U"):
+                    continue
+                nxt = ordered[i + 1] if i + 1 < len(ordered) else None
+                v = e["stored"]
+                out.append(
+                    (key, e["seq"], e["op"], v["name"], v["email"], v["tier"], v["balance"],
+                     e["file"], change_time(e["seq"]),
+                     change_time(nxt["seq"]) if nxt else None,
+                     self.pids[e["file"]], self.pids[nxt["file"]] if nxt else None)
+                )  # fmt: skip
+        return sorted(out, key=str)
+
+
+def history_rows(rows: list[dict]) -> list[tuple]:
+    lin = lineage_columns()
+    return sorted(
+        (
+            (r["customer_id"], r[lin["sequence"]], r[lin["operation"]], r["name"], r["email"],
+             r["tier"], r["balance"], r[lin["file_name"]], naive(r[lin["valid_from"]]),
+             naive(r[lin["valid_to"]]), r[lin["process_id"]], r[lin["closed_process_id"]])
+            for r in rows
+        ),
+        key=str,
+    )  # fmt: skip
+
+
+def current_rows(rows: list[dict]) -> dict[int, tuple]:
+    lin = lineage_columns()
+    return {
+        r["customer_id"]: (r["name"], r["email"], r["tier"], r["balance"], naive(r["updated_at"]),
+                           r[lin["sequence"]], r[lin["file_name"]])
+        for r in rows
+    }  # fmt: skip
+
+
 def naive(value: Any) -> Any:
     """A timestamp as a naive UTC datetime, whether a destination gives a datetime or ISO text."""
     if isinstance(value, str):
@@ -286,60 +511,93 @@ def failing_before_markers() -> Iterator[None]:
         PostgresConnectionManager.add_query = add_query  # type: ignore[method-assign]
 
 
+def scenario_project(root: Path) -> Path:
+    """A project copy for the scenario: customers declared with partial updates and a truncate
+    operation (declare), the cdc package linked, the sample's snapshot entity left out."""
+    make_project(root, without=SAMPLE_SNAPSHOTS)
+    declare(root)
+    (root / "dbt_project" / "dbt_packages").mkdir()
+    (root / "dbt_project" / "dbt_packages" / "cdc").symlink_to(root / "macros")
+    return root
+
+
+def check_truncate_markers(markers: list[dict], now: CurrentOracle) -> None:
+    """The truncate's File: in customers, the rows it removed as deleted (k2's update before it
+    was stale; k11 and k9, back after it, inserted); in the history, its changes as events."""
+    cut = next(iter(TRUNCATE_FILE))
+    applied = {m["file_name"]: m for m in for_table(markers, "customers")}[cut]
+    assert now.removed[cut] > 0
+    assert (applied["rows_inserted"], applied["rows_deleted"]) == (2, now.removed[cut])
+    versions = {m["file_name"]: m for m in for_table(markers, "customers_changes_history")}[cut]
+    counts = (versions["rows_inserted"], versions["rows_updated"], versions["rows_deleted"])
+    assert counts == (1, 2, 1)
+
+
 def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
-    spark, spark_project: Path, dbt_deps: Path, tmp_path: Path, target: str
+    spark, tmp_path: Path, target: str
 ) -> None:
-    project = Project.load(spark_project, target=target)
+    """The scenario, build by build, on the current state and the change history: the rounds
+    above with a duplicate and a broken File, partial updates (NULLs and a placeholder that keep
+    a value), late Files, a no-op rebuild, a build that fails between the MERGE and the markers
+    then its repair, a truncate between changes, and a late File older than the truncate."""
+    root = scenario_project(tmp_path / "repo")
+    project = Project.load(root, target=target)
     schema = project.target["schema"]
     if target == "local":
-        drop_database(spark, project.target["schema"])
+        drop_database(spark, schema)
     db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
     db.upgrade()
-    landing = tmp_path / "landing"
-    folder = landing / "customers"
+    folder = tmp_path / "landing" / "customers"
     markers_table = state_tables()["applied_files"]["identifier"]
-
     pids: dict[str, str] = {}  # File name -> the process id of the ingest that staged it
+    now, hist = CurrentOracle(), HistoryOracle(pids)
 
-    def run_ingest() -> None:
+    def read(table: str) -> list[dict]:
+        return read_table(target, spark, project, schema, table)
+
+    def stage(files: dict[str, list[list[str]]]) -> list[Path]:
+        batch = [write(folder / n, rows) for n, rows in files.items()]
         pid = new_process_id()
         db.start_run(pid, "ingest", target)
-        ingest(project, db, pid, spark=spark, landing=[str(landing)])
-        for p in folder.iterdir():
-            pids.setdefault(p.name, pid)
+        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
+        pids.update({p.name: pid for p in batch})
+        return batch
 
-    def changes_history() -> list[tuple]:
-        return history(read_table(target, spark, project, schema, "customers_changes_history"))
+    def build() -> Any:
+        return dbt_build(
+            root / "dbt_project", target, "--select", "+customers", "+customers_changes_history"
+        )
 
-    good: list[Path] = [write(folder / n, rows) for n, rows in ROUND_1.items()]
-    run_ingest()
-    assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, schema, "customers")
-    assert current(rows) == oracle(good)
-    assert changes_history() == history_oracle(good, pids)
+    def applied(batch: list[Path]) -> None:
+        now.apply(batch)
+        hist.apply(batch)
+        assert current_rows(read("customers")) == now.table(), [p.name for p in batch]
+        assert history_rows(read("customers_changes_history")) == hist.table()
 
-    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    def step(files: dict[str, list[list[str]]]) -> list[Path]:
+        batch = stage(files)
+        assert build().success
+        applied(batch)
+        return batch
+
+    good = step(ROUND_1)
+
     shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
-    bad = folder / "20260301-081200000.csv"
-    write(bad, [change("I", 50, 10, "z"), ["X", seq(51), "11", "", "", "", "", ""]])
-    run_ingest()
+    bad = write(
+        folder / "20260301-081200000.csv",
+        [change("I", 50, 13, "z"), ["X", seq(51), "11"] + [""] * 5],
+    )
+    good += step(ROUND_2 | PARTIAL_FILE)
     states = {Path(f.path).name: f.state for f in db.files()}
     assert states["copy-of-080500.csv"] == "DUPLICATE" and states[bad.name] == "QUARANTINED"
-    assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, schema, "customers")
-    assert current(rows) == oracle(good)
-    assert 10 not in current(rows)  # nothing of the quarantined File was applied
-    assert changes_history() == history_oracle(good, pids)
+    assert 13 not in now.table() and 13 not in current_rows(read("customers"))  # nothing of it
 
-    good += [write(folder / n, rows) for n, rows in LATE.items()]
-    run_ingest()
-    assert dbt_build(dbt_deps, target).success
-    rows = read_table(target, spark, project, schema, "customers")
-    assert current(rows) == oracle(good)
-    # The late File's versions land between the versions around them, which are re-closed
-    # (k1, k4), one of them before a delete that left no row (k7).
-    assert changes_history() == history_oracle(good, pids)
-    versions = changes_history()
+    # Late Files: older sequences than what is applied. k4 and k7 stay deleted (their
+    # tombstones), k1 and k5 keep their newer values, k8 is new, the delete of k6 is newer
+    # than its load; the late versions land between the versions around them, which are
+    # re-closed, one of them before a delete that left no row (k7).
+    good += step(LATE | LATE_PARTIAL)
+    rows = read("customers")
     for r in rows:
         # Every lineage column a change-File entity's rows carry (history's are on history rows,
         # the key and row hashes on snapshot entities' rows).
@@ -347,30 +605,31 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
             assert r[col.name] is not None, (col.name, r)
 
     # Nothing new: a second build changes nothing, not even the lineage of a row.
-    assert dbt_build(dbt_deps, target).success
-    assert sorted(read_table(target, spark, project, schema, "customers"), key=str) == sorted(
-        rows, key=str
-    )
-    assert changes_history() == versions
+    versions = read("customers_changes_history")
+    assert build().success
+    assert sorted(read("customers"), key=str) == sorted(rows, key=str)
+    assert sorted(read("customers_changes_history"), key=str) == sorted(versions, key=str)
 
     # A run that fails after the MERGE and before the markers, then a normal run.
-    good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
-    run_ingest()
+    batch = stage(ROUND_3)
     with failing_before_markers():
-        failed = dbt_build(dbt_deps, target)
-    assert not failed.success
-    markers = read_table(target, spark, project, schema, markers_table)
-    assert "20260301-082000000.csv" not in {m["file_name"] for m in markers}
-    after_crash = current(read_table(target, spark, project, schema, "customers"))
+        assert not build().success
+    assert "20260301-082000000.csv" not in {m["file_name"] for m in read(markers_table)}
+    after_crash = current_rows(read("customers"))
     if target == "postgres":  # one transaction: nothing of the failed run is visible
-        assert after_crash == current(rows)
+        assert after_crash == now.table()
     else:  # ordered statements: the MERGE happened, the markers did not
-        assert after_crash == oracle(good)
-    assert dbt_build(dbt_deps, target).success
-    final = read_table(target, spark, project, schema, "customers")
-    assert current(final) == oracle(good)
-    assert changes_history() == history_oracle(good, pids)  # the replay added nothing twice
-    markers = read_table(target, spark, project, schema, markers_table)
+        merged = copy.deepcopy(now)
+        merged.apply(batch)
+        assert after_crash == merged.table()
+    assert build().success
+    applied(batch)  # the replay added nothing twice
+    good += batch
+
+    good += step(TRUNCATE_FILE)
+    good += step(LATE_TRUNCATED)
+
+    markers = read(markers_table)
     staged = sorted(p.name for p in good)
     for table in ("customers", "customers_changes_history"):
         # exactly one marker per applied File and apply model, the header-only one too
@@ -389,6 +648,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
     ]
     # Every change of the late File is a version or a delete in the history.
     assert (late["rows_inserted"], late["rows_updated"], late["rows_deleted"]) == (1, 4, 1)
+    check_truncate_markers(markers, now)
     db.dispose()
 
 

@@ -1,10 +1,11 @@
 """The bigquery target, live on the local BigQuery emulator, through the real CLI as processes:
 `runner ingest --target bigquery`, `dbt build --target bigquery`, `runner reconcile --target
 bigquery`. The same multi-File scenario as tests/test_apply.py (changes per key, rows out of
-order, deletes, re-inserts, a late File, a duplicate, a broken File, a header-only File, a
-no-op rerun) gives the oracle's table with one marker per File and lineage on every row; an
-apply script that fails between its MERGE and the markers leaves the table unchanged, and the
-next build gives the oracle's table. The history snapshot runs there too.
+order, deletes, re-inserts, late Files, a duplicate, a broken File, a header-only File, a
+no-op rerun, partial updates, a truncate) gives the oracles' current state and change history
+after every build, with one marker per File and lineage on every row; an apply script that
+fails between its MERGE and the markers leaves the table unchanged, and the next build gives
+the oracles' tables. The history snapshot runs there too.
 
 What the emulator cannot prove (job-id dedup, isolation between sessions) is in the README;
 the staging's own idempotency (delete the File's rows, load, count) is checked here by staging
@@ -24,20 +25,27 @@ import yaml
 from conftest import Cli
 from test_apply import (
     LATE,
+    LATE_PARTIAL,
+    LATE_TRUNCATED,
+    PARTIAL_FILE,
     ROUND_1,
     ROUND_2,
     ROUND_3,
+    SAMPLE_SNAPSHOTS,
+    TRUNCATE_FILE,
+    CurrentOracle,
+    HistoryOracle,
     change,
+    check_truncate_markers,
+    current_rows,
+    declare,
     for_table,
-    history,
-    history_oracle,
-    oracle,
+    history_rows,
     seq,
     write,
 )
-from test_contract import shown_customers
 
-from runner.contract import lineage_columns, lineage_on
+from runner.contract import lineage_on
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.bigquery]
 
@@ -87,65 +95,57 @@ def read(cli: Cli, table: str) -> list[dict]:
     ]
 
 
-def current(cli: Cli) -> dict[int, tuple]:
-    """The customers table as the oracle's tuples (test_apply's, with sequence and File)."""
-    lin = lineage_columns()
-    return shown_customers(read(cli, "customers"), (lin["sequence"], lin["file_name"]))
-
-
 def markers(cli: Cli, table: str = "customers") -> list[dict]:
     return for_table(read(cli, "cdc_applied_files"), table)
 
 
-def changes_history(cli: Cli, good: list[Path]) -> tuple[list[tuple], list[tuple]]:
-    """The change-history table and the history oracle's expectation for the Files in `good`,
-    each File's process id as the staged-files manifest records it (one per ingest)."""
-    pids = {m["file_name"]: m["process_id"] for m in read(cli, "cdc_staged_files")}
-    return history(read(cli, "customers_changes_history")), history_oracle(good, pids)
-
-
 def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_apply(
-    tmp_path: Path, cli_project: Callable[[str], Cli]
+    tmp_path: Path, cli_project: Callable[..., Cli]
 ) -> None:
-    cli = cli_project("bigquery")
+    """test_apply's scenario through the commands a user runs: after every build, customers
+    and its change history equal the oracles (partial updates and the truncate included)."""
+    cli = cli_project("bigquery", SAMPLE_SNAPSHOTS)
+    declare(cli.root)
     landing = tmp_path / "landing"
     folder = landing / "customers"
+    pids: dict[str, str] = {}
+    now, hist = CurrentOracle(), HistoryOracle(pids)
 
-    def ingest(ok: tuple[int, ...] = (0,)) -> None:
+    def stage(files: dict[str, list[list[str]]], ok: tuple[int, ...] = (0,)) -> list[Path]:
+        batch = [write(folder / n, rows) for n, rows in files.items()]
         cli("runner", "ingest", "--landing", str(landing), "--target", "bigquery", ok=ok)
+        pids.update({m["file_name"]: m["process_id"] for m in read(cli, "cdc_staged_files")})
+        return batch
 
     def build() -> None:
         cli("dbt", "build", "--project-dir", "dbt_project", "--target", "bigquery")
         cli("runner", "reconcile", "--target", "bigquery")
 
-    good = [write(folder / n, rows) for n, rows in ROUND_1.items()]
-    ingest()
-    build()
-    assert current(cli) == oracle(good)
-    got, expected = changes_history(cli, good)
-    assert got == expected
+    def applied(batch: list[Path]) -> None:
+        now.apply(batch)
+        hist.apply(batch)
+        assert current_rows(read(cli, "customers")) == now.table(), [p.name for p in batch]
+        assert history_rows(read(cli, "customers_changes_history")) == hist.table()
 
-    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    def step(files: dict[str, list[list[str]]], ok: tuple[int, ...] = (0,)) -> list[Path]:
+        batch = stage(files, ok)
+        build()
+        applied(batch)
+        return batch
+
+    good = step(ROUND_1)
     shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
     bad = write(
         folder / "20260301-081200000.csv",
-        [change("I", 50, 10, "z"), ["X", seq(51), "11", "", "", "", "", ""]],
+        [change("I", 50, 13, "z"), ["X", seq(51), "11", "", "", "", "", ""]],
     )
-    ingest(ok=(1,))  # 1: a File was quarantined
+    good += step(ROUND_2 | PARTIAL_FILE, ok=(1,))  # 1: a File was quarantined
     status = json.loads(cli("runner", "status", "--json", "--target", "bigquery").stdout)
     states = {Path(f["path"]).name: f["state"] for f in status}
     assert states["copy-of-080500.csv"] == "DUPLICATE" and states[bad.name] == "QUARANTINED"
-    build()
-    rows = current(cli)
-    assert rows == oracle(good)
-    assert 10 not in rows  # nothing of the quarantined File was applied
+    assert 13 not in now.table()  # nothing of the quarantined File was applied
 
-    good += [write(folder / n, rows) for n, rows in LATE.items()]
-    ingest()
-    build()
-    assert current(cli) == oracle(good)
-    got, expected = changes_history(cli, good)
-    assert got == expected  # the late File's versions in place, their neighbours re-closed
+    good += step(LATE | LATE_PARTIAL)  # late versions in place, their neighbours re-closed
     table = cli.table("{{ ref('customers') }}")  # once through `dbt show`, as a user reads it
     for r in table:
         for col in lineage_on("staged", "cdc") + lineage_on("applied", "cdc"):
@@ -158,24 +158,26 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
 
     # The apply script fails between its MERGEs and the markers: BigQuery rolls it back. The
     # fault is the project overriding one step of the apply (nothing of it ships in macros/).
-    good += [write(folder / n, rows) for n, rows in ROUND_3.items()]
-    ingest()
+    batch = stage(ROUND_3)
     with failing_markers_step(cli.root / "dbt_project"):
         failed = cli.dbt("build", ok=(1,))
     assert "injected: failing before the markers" in failed.stdout
     assert "20260301-082000000.csv" not in {m["file_name"] for m in markers(cli)}
-    assert current(cli) == oracle(good[:-1])  # unchanged: nothing of the failed script
+    assert current_rows(read(cli, "customers")) == now.table()  # nothing of the failed script
     build()
-    assert current(cli) == oracle(good)
-    got, expected = changes_history(cli, good)
-    assert got == expected
-    assert len({p for (*_, p, _) in expected}) == 4  # four ingests, four process ids
+    applied(batch)
+    good += batch
+
+    good += step(TRUNCATE_FILE)
+    good += step(LATE_TRUNCATED)
+    assert len(set(pids.values())) == 6  # six ingests, six process ids
     for table in ("customers", "customers_changes_history"):
         names = sorted(m["file_name"] for m in markers(cli, table))
         assert names == sorted(p.name for p in good), table  # one marker per File
     late = {m["file_name"]: m for m in markers(cli)}["20260301-075900000.csv"]
     counts = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
     assert tuple(late[c] for c in counts) == (1, 0, 1, 4)
+    check_truncate_markers(read(cli, "cdc_applied_files"), now)
     status = json.loads(cli("runner", "status", "--json", "--target", "bigquery").stdout)
     assert {f["state"] for f in status if Path(f["path"]) in good} == {"COMMITTED"}
 
@@ -183,7 +185,7 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
     # current key, each with the process id that staged it.
     history = read(cli, "customers_history")
     open_versions = {r["customer_id"] for r in history if r["dbt_valid_to"] is None}
-    assert open_versions == set(oracle(good))
+    assert open_versions == set(now.table())
     assert all(r["_cdc_insert_process_id"] for r in history)
 
 
