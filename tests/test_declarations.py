@@ -83,6 +83,42 @@ def test_every_problem_in_every_declaration_is_reported_at_once(tmp_path: Path) 
     assert str(bad_file) in text
 
 
+def test_partial_updates_and_truncates_are_declared_and_checked(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "repo")
+    path = root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
+    doc = yaml.safe_load(path.read_text())
+    cdc = doc["sources"][0]["tables"][0]["meta"]["cdc"]
+    cdc.update(null_means="unchanged", unchanged_placeholder="__unavailable__")
+    cdc["operation"] = {"column": "Op", "values": {"I": "I", "U": "U", "D": "D", "T": "T"}}
+    path.write_text(yaml.safe_dump(doc))
+    customers = load_entities(Project.load(root, target="local"))["customers"]
+    # Default: every column but the key, the sequence and the operation.
+    assert customers.unchanged_columns == ("name", "email", "tier", "balance", "updated_at")
+    assert customers.unchanged_placeholder == "__unavailable__" and customers.truncates
+
+    cdc.update(null_means="sometimes", unchanged_columns=["customer_id", "nope"])
+    cdc["operation"]["values"]["X"] = "Z"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    for expected in (
+        "null_means 'sometimes' unknown; accepted: ['value', 'unchanged']",
+        "unchanged_columns needs null_means: unchanged",
+        "operation.values must map to I, U, D or T (truncate); got ['Z']",
+    ):
+        assert expected in str(err.value), str(err.value)
+    cdc["null_means"] = "unchanged"
+    del cdc["operation"]["values"]["X"]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    for expected in (
+        "unchanged_columns: 'customer_id' is a key, the sequence or the operation column",
+        "unchanged_columns: 'nope' is not among the declared columns",
+    ):
+        assert expected in str(err.value), str(err.value)
+
+
 def _entity(tmp_path: Path):
     project = Project.load(make_project(tmp_path / "repo"), target="local")
     return load_entities(project)["customers"]

@@ -23,6 +23,11 @@
                       rows_deleted its I, U and D changes that became events; rows_skipped the
                       rows already applied (a replay).
 
+  Partial updates (null_means: unchanged): a new version's unchanged column takes the last value
+  set since the key's last insert, delete or truncate. Truncates (an operation mapped to T): an
+  event of every key, closing its open version; remembered in cdc_history_deletes under the
+  empty key.
+
   Replaying after a crash anywhere gives the same table: an event is identified by its File
   hash and row number, and the validity of each key's events is recomputed from all of them.
 -#}
