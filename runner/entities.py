@@ -284,9 +284,7 @@ def _parse_changes(
         operations = {}
     bad_ops = sorted({v for v in operations.values() if v not in OPERATION_KINDS})
     if bad_ops:
-        errors.append(
-            f"operation.values must map to I, U, D or T (truncate); got {bad_ops}"
-        )
+        errors.append(f"operation.values must map to I, U, D or T (truncate); got {bad_ops}")
     if op_column not in names:
         errors.append(f"operation column {op_column!r} is not among the declared columns")
     return str(sequence or ""), op_column, operations
