@@ -146,9 +146,9 @@ def test_bigquery_apply_is_one_transaction_that_parses(render_project: Path) -> 
     )
     kinds = [type(e).__name__ for e in _statements(sql, "bigquery")]
     assert kinds == [
-        *["Drop", "Drop"],  # the temp tables, before the transaction and after it
+        *["Drop"] * 4,  # the temp tables (files, batch, truncate, dedupe), before and after
         *["Transaction", "Create", "Create", "Merge", "Merge", "Insert", "Commit"],
-        *["Drop", "Drop"],
+        *["Drop"] * 4,
     ]
     assert "dispatched: cdc.bigquery__get_merge_sql cdc.bigquery__create_table_as" in sql
     assert "`cdc-render-only`.`cdc`.`cdc_applied_files`" in sql
