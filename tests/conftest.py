@@ -55,6 +55,14 @@ def make_project(root: Path, without: tuple[str, ...] = ()) -> Path:
     return root
 
 
+def link_package(root: Path) -> None:
+    """What `dbt deps` does for packages.yml's `local: ../macros` (a symlink), without its
+    three seconds per project; test_lineage_column and test_install run dbt deps itself."""
+    packages = root / "dbt_project" / "dbt_packages"
+    packages.mkdir(exist_ok=True)
+    (packages / "cdc").symlink_to(root / "macros", target_is_directory=True)
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> str:
     import sqlalchemy as sa
@@ -243,11 +251,7 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
         else:
             schema = "cli_test"
         cli = Cli(root, target, schema, **env)
-        # What `dbt deps` does for packages.yml's `local: ../macros` (a symlink), without its
-        # three seconds per project; test_lineage_column and test_install run dbt deps itself.
-        packages = root / "dbt_project" / "dbt_packages"
-        packages.mkdir(exist_ok=True)
-        (packages / "cdc").symlink_to(root / "macros", target_is_directory=True)
+        link_package(root)
         return cli
 
     return make

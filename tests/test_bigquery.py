@@ -24,6 +24,7 @@ import pytest
 import yaml
 from conftest import Cli
 from test_apply import (
+    BROKEN,
     LATE,
     LATE_PARTIAL,
     LATE_TRUNCATED,
@@ -35,13 +36,11 @@ from test_apply import (
     TRUNCATE_FILE,
     CurrentOracle,
     HistoryOracle,
-    change,
     check_truncate_markers,
     current_rows,
     declare,
     for_table,
     history_rows,
-    seq,
     write,
 )
 
@@ -135,10 +134,7 @@ def test_bigquery_applies_the_scenario_like_the_oracle_and_recovers_a_failed_app
 
     good = step(ROUND_1)
     shutil.copy(folder / "20260301-080500000.csv", folder / "copy-of-080500.csv")  # DUPLICATE
-    bad = write(
-        folder / "20260301-081200000.csv",
-        [change("I", 50, 13, "z"), ["X", seq(51), "11", "", "", "", "", ""]],
-    )
+    (bad,) = [write(folder / n, rows) for n, rows in BROKEN.items()]
     good += step(ROUND_2 | PARTIAL_FILE, ok=(1,))  # 1: a File was quarantined
     status = json.loads(cli("runner", "status", "--json", "--target", "bigquery").stdout)
     states = {Path(f["path"]).name: f["state"] for f in status}
