@@ -18,7 +18,7 @@ from runner.contract import PREFIX
 from runner.errors import ConfigError
 from runner.project import IDENTIFIER, Project
 
-FORMATS = ("csv", "json", "parquet")
+FORMATS = ("csv", "json", "parquet", "debezium")
 MODES = ("cdc", "snapshot")
 SNAPSHOT_KINDS = ("full", "delta")
 # Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
@@ -33,6 +33,16 @@ DEBEZIUM_OPERATIONS = {"c": "I", "r": "I", "u": "U", "d": "D", "t": "T"}
 # the row's sequence: its key columns may be empty).
 OPERATION_KINDS = ("I", "U", "D", "T")
 NULL_MEANS = ("value", "unchanged")
+# Debezium JSON lines: each line an envelope, wrapped in {"schema": ..., "payload": ...} by a
+# converter with schemas.enable (payload), bare (plain), or either, line by line (auto).
+ENVELOPES = ("auto", "payload", "plain")
+# Envelope fields a column may be taken from (meta.cdc.debezium.fields); any other column is
+# the row image's field of its name (``after``, or ``before`` for a delete).
+ENVELOPE_FIELD = re.compile(
+    r"^(op|ts_ms|source\.[A-Za-z_][A-Za-z0-9_]*|"
+    r"transaction\.(id|total_order|data_collection_order))$"
+)
+INTEGER_TYPES = ("tinyint", "smallint", "int", "integer", "bigint")
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,10 @@ class Entity:
     # (or ``unchanged_placeholder``, staged as NULL) keeps the value the key had before it.
     unchanged_columns: tuple[str, ...] = ()
     unchanged_placeholder: str | None = None
+    # format debezium: column -> envelope field (op, ts_ms, source.x, transaction.x); the other
+    # columns come from the row image. The envelope: auto, payload or plain (ENVELOPES).
+    debezium_fields: dict[str, str] = field(default_factory=dict, compare=False)
+    debezium_envelope: str = "auto"
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -102,7 +116,11 @@ class Entity:
     def sequence_type(self) -> str:
         """The type of the staged sequence: the declared sequence column's, or ``date`` (the
         effective date) for a snapshot entity."""
-        return "date" if self.is_snapshot else self.column(self.sequence).data_type
+        if self.is_snapshot:
+            return "date"
+        if self.format == "debezium":
+            return "string"  # the declared sequence, then ts_ms, then a tie-break (staging)
+        return self.column(self.sequence).data_type
 
     @property
     def truncates(self) -> bool:
@@ -177,6 +195,8 @@ def _parse(
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
     known = {"mode", "landing", "format", "keys", "csv"}
     known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"} | PARTIAL_KEYS
+    if str(cdc.get("format", "")).lower() == "debezium":
+        known.add("debezium")
     for key in sorted(set(cdc) - known):
         errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
     landing_raw = cdc.get("landing")
@@ -223,13 +243,23 @@ def _parse(
             errors.append(f"key column {key!r} is not among the declared columns")
     operations: dict[str, str] = {}
     extra: dict[str, Any] = {}
+    if fmt == "debezium":
+        if mode != "cdc":
+            errors.append("format debezium is for mode cdc (envelopes of changes)")
+        extra.update(_parse_debezium(cdc, columns, keys, errors))
+        if "operation" not in cdc and extra.get("debezium_fields"):
+            op_columns = [c for c, f in extra["debezium_fields"].items() if f == "op"]
+            cdc = {**cdc, "operation": {"column": op_columns[0] if op_columns else "op",
+                                        "preset": "debezium"}}
     if mode == "snapshot":
         extra, snapshot_errors = _parse_snapshot(cdc, columns, keys)
         errors.extend(snapshot_errors)
         sequence, op_column = "", ""
     else:
         sequence, op_column, operations = _parse_changes(cdc, names, errors)
-        extra = _parse_partial(cdc, names, [*keys, sequence, op_column], errors)
+        extra.update(_parse_partial(cdc, names, [*keys, sequence, op_column], errors))
+        if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
+            _check_debezium_order(extra["debezium_fields"], columns, sequence, op_column, errors)
     csv_opts = cdc.get("csv") or {}
     staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
     staging_table = str(table.get("identifier", name))
@@ -288,6 +318,60 @@ def _parse_changes(
     if op_column not in names:
         errors.append(f"operation column {op_column!r} is not among the declared columns")
     return str(sequence or ""), op_column, operations
+
+
+def _parse_debezium(
+    cdc: dict[str, Any], columns: list[Column], keys: list[str], errors: list[str]
+) -> dict[str, Any]:
+    """format debezium: ``debezium.fields`` (column -> envelope field) and ``envelope``."""
+    conf = cdc.get("debezium") or {}
+    if not isinstance(conf, dict):
+        errors.append("meta.cdc.debezium must be a mapping (fields, envelope)")
+        return {}
+    for key in sorted(set(conf) - {"fields", "envelope"}):
+        errors.append(f"unknown key meta.cdc.debezium.{key}; accepted: ['envelope', 'fields']")
+    envelope = str(conf.get("envelope", "auto"))
+    if envelope not in ENVELOPES:
+        errors.append(f"debezium.envelope {envelope!r} unknown; accepted: {list(ENVELOPES)}")
+    fields = conf.get("fields") or {}
+    if not isinstance(fields, dict):
+        errors.append("debezium.fields must map columns to envelope fields, e.g. {lsn: source.lsn}")
+        fields = {}
+    names = [c.name for c in columns]
+    out: dict[str, str] = {}
+    for column, path in fields.items():
+        if column not in names:
+            errors.append(f"debezium.fields: {column!r} is not among the declared columns")
+        elif not isinstance(path, str) or not ENVELOPE_FIELD.match(path):
+            errors.append(
+                f"debezium.fields: {column}: {path!r} is not an envelope field (op, ts_ms, "
+                "source.<field>, transaction.id, transaction.total_order, "
+                "transaction.data_collection_order)"
+            )
+        elif column in keys:
+            errors.append(f"debezium.fields: {column!r} is a key (keys come from the row image)")
+        else:
+            out[str(column)] = path
+    return {"debezium_fields": out, "debezium_envelope": envelope}
+
+
+def _check_debezium_order(
+    fields: dict[str, str], columns: list[Column], sequence: str, op_column: str,
+    errors: list[str],
+) -> None:
+    """The operation column is the envelope's op; the sequence is a declared integer or
+    string column (staging orders by it, then ts_ms, then the line)."""
+    if fields.get(op_column) != "op":
+        errors.append(
+            f"format debezium: the operation column {op_column!r} must be the envelope's op "
+            f"(debezium.fields: {{{op_column}: op}})"
+        )
+    types = {c.name: c.data_type for c in columns}
+    if sequence in types and types[sequence] not in (*INTEGER_TYPES, "string"):
+        errors.append(
+            f"format debezium: sequence column {sequence!r} must be an integer or a string "
+            f"(source.lsn, a binlog position), not {types[sequence]}"
+        )
 
 
 PARTIAL_KEYS = {"null_means", "unchanged_columns", "unchanged_placeholder"}

@@ -32,6 +32,15 @@ from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile
+from runner.staging.debezium import (
+    ENVELOPE,
+    SEQUENCE_BASE,
+    TS_MS,
+    column_field,
+    negative_sequence,
+    read_debezium,
+    sequence_base,
+)
 from runner.staging.row_hash import hash_of
 from runner.staging.validate import read_header, scan_text_file
 
@@ -176,6 +185,8 @@ def _read(
     )
     if entity.format == "parquet":
         df = spark.read.parquet(*paths).withColumn(CORRUPT, F.lit(None).cast("string"))
+    elif entity.format == "debezium":
+        df = read_debezium(spark, entity, paths, CORRUPT, file_identity == "metadata")
     elif entity.format == "json":
         df = (
             spark.read.schema(schema)
@@ -199,6 +210,7 @@ def _read(
             .csv(paths)
         )
     if file_identity == "metadata":
+        # (debezium: read_debezium kept the reader's _metadata column for this)
         df = df.withColumn(FILE_URI, F.col("_metadata.file_path")).withColumn(
             BLOCK, F.col("_metadata.file_block_start")
         )
@@ -256,22 +268,33 @@ def _typed(raw: DataFrame, entity: Entity, header: list[str]) -> DataFrame:
             )
         return F.col(c)
 
-    out = raw.select(*[raw_value(c).alias(RAW + c) for c in header], CORRUPT, FILE_URI, BLOCK, ID)
-    return out.select(
+    envelope = [ENVELOPE, TS_MS] if entity.format == "debezium" else []
+    out = raw.select(
+        *[raw_value(c).alias(RAW + c) for c in header], CORRUPT, *envelope, FILE_URI, BLOCK, ID
+    )
+    out = out.select(
         "*", *[F.col(RAW + c.name).cast(c.data_type).alias(c.name) for c in entity.columns]
     )
+    if entity.format == "debezium":
+        out = out.withColumn(SEQUENCE_BASE, sequence_base(entity))
+    return out
 
 
 def _error(entity: Entity, writer: StagingWriter) -> Column:
     """NULL for a good row, else why it is bad (the first reason)."""
     from pyspark.sql import functions as F
 
-    malformed = (
-        "not a valid JSON object"
-        if entity.format == "json"
-        else "wrong number of fields for the header"
-    )
+    malformed = {
+        "json": "not a valid JSON object",
+        "debezium": "not a Debezium envelope (invalid JSON, or a field of the wrong JSON type)",
+    }.get(entity.format, "wrong number of fields for the header")
     checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
+    debezium = entity.format == "debezium"
+    if debezium:
+        checks.append(F.col(ENVELOPE))
+
+    def named(column: str) -> str:
+        return f"field {column_field(entity, column)!r}" if debezium else f"column {column!r}"
     eff = entity.effective_date
     op_value = _op_map(entity)[F.col(RAW + entity.operation_column)]
     truncate = F.coalesce(op_value == F.lit("T"), F.lit(False)) if entity.truncates else None
@@ -280,11 +303,11 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
         if col.name in entity.keys and truncate is not None:
             # A truncate is of the whole table: its key columns may be empty.
             checks.append(
-                F.when(raw_col.isNull() & ~truncate, F.lit(f"column {col.name!r}: NULL in a key"))
+                F.when(raw_col.isNull() & ~truncate, F.lit(f"{named(col.name)}: NULL in a key"))
             )
         elif col.name in entity.keys or col.name == entity.sequence:
             what = "a key" if entity.is_snapshot else "a key or sequence"
-            checks.append(F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL in {what}")))
+            checks.append(F.when(raw_col.isNull(), F.lit(f"{named(col.name)}: NULL in {what}")))
         elif eff is not None and col.name == eff.column:
             checks.append(
                 F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date"))
@@ -294,35 +317,43 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
                 F.when(
                     raw_col.isNotNull() & F.col(col.name).isNull(),
                     F.concat(
-                        F.lit(f"column {col.name!r}: cannot cast "),
+                        F.lit(f"{named(col.name)}: cannot cast "),
                         _quoted(raw_col.cast("string"), 60),
                         F.lit(f" to {col.data_type}"),
                     ),
                 )
             )
-            checks.append(_changed_by_cast(col.name, raw_col, col.data_type))
+            checks.append(_changed_by_cast(named(col.name), raw_col, col.data_type))
         for char, why in writer.forbidden_characters.items():
             if entity.format != "parquet" or col.data_type == "string":
                 checks.append(
                     F.when(
                         F.instr(raw_col.cast("string"), char) > 0,
-                        F.lit(f"column {col.name!r}: {why}"),
+                        F.lit(f"{named(col.name)}: {why}"),
                     )
                 )
     if entity.is_snapshot:
         return F.coalesce(*checks)
+    if debezium and (negative := negative_sequence(entity)) is not None:
+        checks.append(negative)
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
         F.when(
             op_raw.isNull() | _op_map(entity)[op_raw].isNull(),
             F.concat(
-                F.lit(f"column {entity.operation_column!r}: unknown operation code "),
+                F.lit(f"{named(entity.operation_column)}: unknown operation code "),
                 F.coalesce(_quoted(op_raw.cast("string"), 20), F.lit("NULL")),
                 F.lit(f" (accepted: {', '.join(entity.operations)})"),
             ),
         )
     )
     return F.coalesce(*checks)
+
+
+def _sequence_of(entity: Entity) -> str:
+    """The column that orders an entity's changes in staging: the declared sequence, or for
+    Debezium the sequence then ts_ms (``SEQUENCE_BASE``; a tie-break is appended at the write)."""
+    return SEQUENCE_BASE if entity.format == "debezium" else entity.sequence
 
 
 def _op_map(entity: Entity) -> Column:
@@ -386,7 +417,7 @@ def _scan_stats(
         ID,
         _error(entity, writer).isNotNull().alias("__bad"),
         *[F.col(k).alias(a) for k, a in zip(entity.keys, keys, strict=True)],
-        (F.lit(None) if snapshot else F.col(entity.sequence)).alias("__seq"),
+        (F.lit(None) if snapshot else F.col(_sequence_of(entity))).alias("__seq"),
         F.xxhash64(*[F.col(c) for c in business]).alias(H1),
         F.hash(*[F.col(c) for c in business]).alias(H2),
         (F.col(eff.column) if eff and eff.column else F.lit(None).cast("date")).alias("__eff"),
@@ -488,6 +519,7 @@ def _stage_group(
     file_identity: str,
     dates: dict[int, date],
 ) -> None:
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
@@ -503,10 +535,11 @@ def _stage_group(
                 path=str(f.path),
                 content_hash=f.content_hash,
             )
+    conflicts = entity.format != "debezium"  # Debezium: ties, ordered by line (no message)
     named = {
-        uri: [i for i in (st.first_bad, *(st.conflict or ())) if i is not None]
+        uri: [i for i in (st.first_bad, *((conflicts and st.conflict) or ())) if i is not None]
         for uri, st in stats.items()
-        if st.first_bad is not None or st.conflict is not None
+        if st.first_bad is not None or (conflicts and st.conflict is not None)
     }
     eff = entity.effective_date
     for uri, st in stats.items():  # snapshot Files whose rows hold the effective date
@@ -514,12 +547,15 @@ def _stage_group(
             named.setdefault(uri, []).extend([st.date_low[1], st.date_high[1]])
     rows_named = _explain(typed, entity, writer, named) if named else {}
     bad: dict[int, str] = {}
+    ties = False  # Debezium: events of one key with the same sequence and ts_ms in a File
     for uri, st in stats.items():
         f = by_uri[uri]
         if st.first_bad is not None:
             row = rows_named[(uri, st.first_bad)]
             more = f" ({st.bad - 1} more bad rows)" if st.bad > 1 else ""
             bad[f.file_id] = f"{_at(entity, st.row_number(st.first_bad))}, {row[ERROR]}{more}"
+        elif st.conflict is not None and entity.format == "debezium":
+            ties = True  # ordered by line at the write (the sequence's tie-break)
         elif st.conflict is not None:
             row = rows_named[(uri, st.conflict[0])]
             names = ", ".join(f"{k}={row[k]}" for k in entity.keys)
@@ -603,14 +639,24 @@ def _stage_group(
     else:
         rows = rows.withColumn(
             lineage["operation"], _op_map(entity)[F.col(RAW + entity.operation_column)]
-        ).withColumn(lineage["sequence"], F.col(entity.sequence))
+        ).withColumn(lineage["sequence"], F.col(_sequence_of(entity)))
     if any(stats[uri].duplicates for uri in stats if by_uri[uri].file_id not in bad):
         # The first of each group of exact duplicates stays (rare: a second pass over them).
-        group = [FILE_URI, *entity.keys, entity.sequence]
-        keep = rows.groupBy(*group).agg(F.min(lineage["row_number"]).alias("__keep"))
-        rows = rows.join(keep, group, "inner").where(
-            F.col(lineage["row_number"]) == F.col("__keep")
+        # With Debezium ties, a group is also one set of values (the others are ties).
+        group = [FILE_URI, *entity.keys, _sequence_of(entity)]
+        if ties:
+            values = [F.col(c) for c in business]
+            rows = rows.withColumn(H1, F.xxhash64(*values)).withColumn(H2, F.hash(*values))
+            group += [H1, H2]
+        # A window, not a join: a truncate's key is NULL, and NULLs partition together.
+        first = F.min(lineage["row_number"]).over(Window.partitionBy(*group))
+        rows = (
+            rows.withColumn("__keep", first)
+            .where(F.col(lineage["row_number"]) == F.col("__keep"))
+            .drop("__keep")
         )
+    if entity.format == "debezium":
+        rows = rows.withColumn(lineage["sequence"], _with_tie_break(rows, entity, ties))
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
         lineage["file_hash"], lineage["sequence"]
     )
@@ -618,6 +664,23 @@ def _stage_group(
     writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at, effective))
     for f in good:
         result.staged[f.file_id] = counts.get(f.content_hash, 0)
+
+
+def _with_tie_break(rows: DataFrame, entity: Entity, ties: bool) -> Column:
+    """A Debezium row's staged sequence: its sequence and ts_ms, then ``.0000``; where a File
+    holds events of one key with the same sequence and ts_ms (``ties``), each one's rank among
+    them in line order, so the later line is the later change (a window only then)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    rank = F.lit(0)
+    if ties:
+        group = Window.partitionBy(FILE_URI, *entity.keys, SEQUENCE_BASE).orderBy(
+            lineage["row_number"]
+        )
+        rank = F.row_number().over(group) - 1
+    return F.concat(F.col(SEQUENCE_BASE), F.lit("."), F.lpad(rank.cast("string"), 4, "0"))
 
 
 def _uri_spellings(uri: str) -> set[str]:
@@ -676,7 +739,7 @@ def _has_data_rows(path: FilePath, entity: Entity) -> bool:
     return False
 
 
-def _changed_by_cast(name: str, raw: Column, data_type: str) -> Column:
+def _changed_by_cast(named: str, raw: Column, data_type: str) -> Column:
     """NULL, or why casting ``raw`` to ``data_type`` would store a different value than the File
     holds (Spark rounds 10.005 into decimal(12,2) and truncates 1.5 into int without a word)."""
     import re
@@ -711,7 +774,7 @@ def _changed_by_cast(name: str, raw: Column, data_type: str) -> Column:
     return F.when(
         raw.isNotNull() & cast.isNotNull() & changed,
         F.concat(
-            F.lit(f"column {name!r}: "),
+            F.lit(f"{named}: "),
             _quoted(raw.cast("string"), 60),
             F.lit(f" does not fit {data_type} unchanged (it would be stored as "),
             F.coalesce(cast.cast("string"), F.lit("NULL")),

@@ -142,7 +142,7 @@ def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
 
 def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
     """(header columns, None) or (None, reason naming line 1 and the column)."""
-    if entity.format == "json":
+    if entity.format in ("json", "debezium"):
         return [c.name for c in entity.columns], None  # JSON lines: each record names its fields
     if entity.format == "parquet":
         return _parquet_header(path, entity)

@@ -1,0 +1,169 @@
+"""Debezium JSON lines (``format: debezium``): one change event envelope per line, as a Kafka
+Connect sink writes them, bare or wrapped in ``{"schema": ..., "payload": ...}``.
+
+The reader turns each envelope into a flat row of the declared columns, so that the rest of
+staging (typing, checks, duplicates, lineage) is the same as for any other format:
+
+- a column named in ``meta.cdc.debezium.fields`` comes from that envelope field (``op``,
+  ``ts_ms``, ``source.<field>``, ``transaction.<field>``); any other column is the row image's
+  field of the same name: ``after``, or ``before`` for a delete (``op`` d);
+- ``ENVELOPE`` says why an envelope does not match the declaration (NULL when it does), naming
+  the field; staging quarantines the File with its line, like any bad row;
+- ``TS_MS`` is the envelope's ``ts_ms``, the first tie-break of the order.
+
+The staged sequence (the lineage column of key ``sequence``, a string) is the declared sequence column (an integer
+zero-padded to 20 digits, or a string as it is), then ``ts_ms`` (15 digits), then a tie-break
+(4 digits): 0, or the event's rank among the File's events of one key with the same sequence
+and ``ts_ms`` but different values, in line order (see ``staging.spark``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runner.entities import INTEGER_TYPES, Entity
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+ENVELOPE = "__envelope_problem"
+TS_MS = "__ts_ms"
+SEQUENCE_BASE = "__sequence_base"
+UPSERT_OPS = ("c", "r", "u")
+
+
+def read_debezium(
+    spark: SparkSession, entity: Entity, paths: list[str], corrupt: str, metadata: bool = False
+) -> DataFrame:
+    """The envelopes of ``paths`` as raw string rows: the declared columns, ``ENVELOPE``,
+    ``TS_MS`` and ``corrupt`` (the line, when it is not a JSON object of this shape); with
+    ``metadata``, the reader's ``_metadata`` column too (how rows name their File on Unity
+    Catalog)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    fields = entity.debezium_fields
+    image_columns = [c.name for c in entity.columns if c.name not in fields]
+    image = T.StructType([T.StructField(n, T.StringType()) for n in image_columns])
+
+    def struct_of(prefix: str) -> T.StructType:
+        names = sorted({p.split(".", 1)[1] for p in fields.values() if p.startswith(prefix + ".")})
+        return T.StructType([T.StructField(n, T.StringType()) for n in names or ["__none"]])
+
+    envelope = T.StructType(
+        [
+            T.StructField("before", image),
+            T.StructField("after", image),
+            T.StructField("op", T.StringType()),
+            T.StructField("ts_ms", T.StringType()),
+            T.StructField("source", struct_of("source")),
+            T.StructField("transaction", struct_of("transaction")),
+        ]
+    )
+    schema = T.StructType(
+        [
+            *envelope.fields,
+            T.StructField("payload", envelope),
+            T.StructField("schema", T.StringType()),
+            T.StructField(corrupt, T.StringType()),
+        ]
+    )
+    raw = (
+        spark.read.schema(schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", corrupt)
+        .option("encoding", "UTF-8")
+        .json(paths)
+    )
+    wrapped = F.col("payload").isNotNull() | F.col("schema").isNotNull()
+
+    def env(path: str) -> Column:
+        return F.when(wrapped, F.col("payload." + path)).otherwise(F.col(path))
+
+    op = env("op")
+    row_image = F.when(op == F.lit("d"), env("before")).otherwise(env("after"))
+    values = [
+        (env(fields[c.name]) if c.name in fields else row_image.getField(c.name)).alias(c.name)
+        for c in entity.columns
+    ]
+    return raw.select(
+        *values,
+        _problem(entity, wrapped, op, env).alias(ENVELOPE),
+        env("ts_ms").alias(TS_MS),
+        F.col(corrupt),
+        *([F.col("_metadata")] if metadata else []),
+    )
+
+
+def _problem(entity: Entity, wrapped: Column, op: Column, env: object) -> Column:
+    """Why an envelope does not match the declaration, naming the field; NULL when it does."""
+    from pyspark.sql import functions as F
+
+    get = env  # (path) -> Column, from the payload when wrapped
+    checks = []
+    if entity.debezium_envelope == "payload":
+        checks.append(
+            F.when(
+                F.col("payload").isNull(),
+                F.lit(
+                    "field 'payload': missing (meta.cdc.debezium.envelope is payload: every "
+                    "line is {\"schema\": ..., \"payload\": ...})"
+                ),
+            )
+        )
+    elif entity.debezium_envelope == "plain":
+        checks.append(
+            F.when(
+                wrapped,
+                F.lit(
+                    "field 'payload': a schema/payload wrapper, but meta.cdc.debezium.envelope "
+                    "is plain (set it to payload or auto)"
+                ),
+            )
+        )
+    checks += [
+        F.when(
+            F.col("schema").isNotNull() & F.col("payload").isNull(),
+            F.lit("field 'payload': missing next to 'schema'"),
+        ),
+        F.when(op.isNull(), F.lit("field 'op': missing")),
+        F.when(
+            op.isin(*UPSERT_OPS) & get("after").isNull(),  # type: ignore[operator]
+            F.concat(F.lit("field 'after': missing on an event with op \""), op, F.lit('"')),
+        ),
+        F.when(
+            (op == F.lit("d")) & get("before").isNull(),  # type: ignore[operator]
+            F.lit("field 'before': missing on a delete (op \"d\")"),
+        ),
+        F.when(get("ts_ms").isNull(), F.lit("field 'ts_ms': missing")),  # type: ignore[operator]
+        F.when(
+            ~get("ts_ms").rlike("^[0-9]{1,15}$"),  # type: ignore[operator]
+            F.lit("field 'ts_ms': not a number of milliseconds"),
+        ),
+    ]
+    return F.coalesce(*checks)
+
+
+def column_field(entity: Entity, column: str) -> str:
+    """How an error message names a column's value: its envelope field, or ``after.<name>``."""
+    return entity.debezium_fields.get(column) or f"after.{column}"
+
+
+def sequence_base(entity: Entity) -> Column:
+    """The declared sequence then ts_ms, as one sortable string (typed columns in scope)."""
+    from pyspark.sql import functions as F
+
+    seq = F.col(entity.sequence)
+    if entity.column(entity.sequence).data_type in INTEGER_TYPES:
+        seq = F.lpad(seq.cast("string"), 20, "0")
+    return F.concat(seq, F.lit("."), F.lpad(F.col(TS_MS), 15, "0"))
+
+
+def negative_sequence(entity: Entity) -> Column | None:
+    """Why an integer sequence cannot be ordered as text (negative), or None for a string."""
+    from pyspark.sql import functions as F
+
+    if entity.column(entity.sequence).data_type not in INTEGER_TYPES:
+        return None
+    name = column_field(entity, entity.sequence)
+    return F.when(F.col(entity.sequence) < 0, F.lit(f"field {name!r}: negative sequence"))
