@@ -19,7 +19,7 @@ from runner.errors import ConfigError
 from runner.project import IDENTIFIER, Project
 
 FORMATS = ("csv", "json", "parquet", "debezium")
-MODES = ("cdc", "snapshot")
+MODES = ("cdc", "snapshot", "transactions")
 SNAPSHOT_KINDS = ("full", "delta")
 # Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
 TYPE_PATTERN = re.compile(
@@ -104,6 +104,11 @@ class Entity:
     # columns come from the row image. The envelope: auto, payload or plain (ENVELOPES).
     debezium_fields: dict[str, str] = field(default_factory=dict, compare=False)
     debezium_envelope: str = "auto"
+    # Transaction consistency. On a transaction metadata entity (meta.cdc.mode: transactions,
+    # staged as a change entity of BEGIN/END rows): member entity -> its data_collection in
+    # the END records. On a member: the transaction metadata entity's name.
+    members: dict[str, str] = field(default_factory=dict, compare=False)
+    transactions: str | None = None
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -121,6 +126,11 @@ class Entity:
         if self.format == "debezium":
             return "string"  # the declared sequence, then ts_ms, then a tie-break (staging)
         return self.column(self.sequence).data_type
+
+    @property
+    def is_transactions(self) -> bool:
+        """A transaction metadata entity (Debezium's BEGIN/END records of a group)."""
+        return bool(self.members)
 
     @property
     def truncates(self) -> bool:
@@ -176,11 +186,143 @@ def load_entities(project: Project) -> dict[str, Entity]:
                             f"{where}: declared twice (also in {entities[entity.name].declared_in})"
                         )
                     entities[entity.name] = entity
+    problems.extend(_check_groups(entities))
     if problems:
         raise ConfigError(
             f"{len(problems)} problem(s) in entity declarations:\n  " + "\n  ".join(problems)
         )
     return entities
+
+
+#: The envelope fields a member of a transaction group must keep as columns.
+MEMBER_FIELDS = ("transaction.id", "transaction.data_collection_order", "ts_ms")
+
+
+def _check_groups(entities: dict[str, Entity]) -> list[str]:
+    """Transaction groups: each member names a transaction metadata entity that lists it, is
+    Debezium, and keeps the fields the group's ledger counts and ages by."""
+    problems = []
+    for e in entities.values():
+        where = f"{e.declared_in}: entity {e.name!r}"
+        for member in e.members:
+            other = entities.get(member)
+            if other is None:
+                problems.append(f"{where}: members: {member!r} is not a declared entity")
+            elif other.transactions != e.name:
+                problems.append(
+                    f"{where}: members: {member!r} must say meta.cdc.transactions: {e.name}"
+                )
+        if e.transactions is None:
+            continue
+        group = entities.get(e.transactions)
+        if group is None or not group.is_transactions:
+            problems.append(
+                f"{where}: transactions: {e.transactions!r} is not a transaction metadata "
+                "entity (meta.cdc.mode: transactions)"
+            )
+        elif e.name not in group.members:
+            problems.append(
+                f"{where}: transactions: {e.transactions!r} does not list it in members"
+            )
+        mapped = set(e.debezium_fields.values())
+        missing = [f for f in MEMBER_FIELDS if f not in mapped]
+        if e.format != "debezium" or missing:
+            problems.append(
+                f"{where}: a member of a transaction group is format debezium and keeps "
+                f"{', '.join(MEMBER_FIELDS)} as columns (debezium.fields); missing: "
+                f"{', '.join(missing) if e.format == 'debezium' else 'format debezium'}"
+            )
+    return problems
+
+
+#: The columns of a transaction metadata entity's staged rows: one row per BEGIN record, and
+#: per END record one per data collection it counts (``data_collection`` '' on BEGIN).
+TRANSACTION_COLUMNS = (
+    Column("status", "string"),
+    Column("id", "string"),
+    Column("ts_ms", "bigint"),
+    Column("event_count", "bigint"),
+    Column("data_collection", "string"),
+    Column("collection_events", "bigint"),
+)
+TRANSACTION_KEYS = {
+    "mode",
+    "landing",
+    "format",
+    "members",
+    "report_after_seconds",
+    "quarantine_after_seconds",
+}
+
+
+def _parse_transactions(
+    path: Path,
+    source: dict[str, Any],
+    table: dict[str, Any],
+    cdc: dict[str, Any],
+    project: Project,
+) -> tuple[Entity | None, list[str]]:
+    """mode transactions: Debezium's transaction metadata (BEGIN/END records, with or without
+    the schema/payload wrapper), staged as change rows keyed by id, status, data collection."""
+    errors: list[str] = []
+    name = str(table.get("name", ""))
+    for key in sorted(set(cdc) - TRANSACTION_KEYS):
+        errors.append(
+            f"unknown key meta.cdc.{key} for mode transactions; accepted: "
+            f"{sorted(TRANSACTION_KEYS)}"
+        )
+    if str(cdc.get("format", "debezium")) != "debezium":
+        errors.append("mode transactions reads Debezium transaction metadata: format debezium")
+    members = cdc.get("members")
+    if (
+        not isinstance(members, dict)
+        or not members
+        or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in members.items())
+    ):
+        errors.append(
+            "members (entity -> its data_collection in the END records, e.g. "
+            "{orders: shop.public.orders}) is required"
+        )
+        members = {}
+    for key in ("report_after_seconds", "quarantine_after_seconds"):
+        value = cdc.get(key)
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            errors.append(f"{key} must be a positive number of seconds, got {value!r}")
+    landing_raw = cdc.get("landing")
+    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        errors.append("meta.cdc.landing (a path or glob under a landing root) is required")
+        globs = []
+    staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
+    staging_table = str(table.get("identifier", name))
+    for what, ident in (
+        ("name", name),
+        ("staging schema", staging_schema),
+        ("staging table", staging_table),
+    ):
+        if not IDENTIFIER.match(ident):
+            errors.append(f"{what} {ident!r} is not a plain identifier")
+    if errors:
+        return None, errors
+    fields = {c.name: c.name for c in TRANSACTION_COLUMNS}
+    return Entity(
+        name=name,
+        source=str(source.get("name")),
+        declared_in=path,
+        mode="cdc",  # staged like a change entity (lineage columns, markers-free)
+        landing=tuple(globs),
+        format="debezium",
+        keys=("id", "status", "data_collection"),
+        sequence="ts_ms",
+        operation_column="status",
+        operations={"BEGIN": "I", "END": "I"},
+        columns=TRANSACTION_COLUMNS,
+        staging_schema=staging_schema,
+        staging_table=staging_table,
+        meta=dict(cdc),
+        debezium_fields=fields,
+        members=dict(members),
+    ), []
 
 
 def _parse(
@@ -191,12 +333,14 @@ def _parse(
     if not IDENTIFIER.match(name):
         errors.append(f"name must be a plain identifier, got {name!r}")
     mode = str(cdc.get("mode", "cdc"))
+    if mode == "transactions":
+        return _parse_transactions(path, source, table, cdc, project)
     if mode not in MODES:
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
     known = {"mode", "landing", "format", "keys", "csv"}
     known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"} | PARTIAL_KEYS
     if str(cdc.get("format", "")).lower() == "debezium":
-        known.add("debezium")
+        known |= {"debezium", "transactions"}
     for key in sorted(set(cdc) - known):
         errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
     landing_raw = cdc.get("landing")
@@ -249,8 +393,13 @@ def _parse(
         extra.update(_parse_debezium(cdc, columns, keys, errors))
         if "operation" not in cdc and extra.get("debezium_fields"):
             op_columns = [c for c, f in extra["debezium_fields"].items() if f == "op"]
-            cdc = {**cdc, "operation": {"column": op_columns[0] if op_columns else "op",
-                                        "preset": "debezium"}}
+            cdc = {
+                **cdc,
+                "operation": {
+                    "column": op_columns[0] if op_columns else "op",
+                    "preset": "debezium",
+                },
+            }
     if mode == "snapshot":
         extra, snapshot_errors = _parse_snapshot(cdc, columns, keys)
         errors.extend(snapshot_errors)
@@ -286,6 +435,7 @@ def _parse(
             csv_header=bool(csv_opts.get("header", True)),
             csv_delimiter=str(csv_opts.get("delimiter", ",")),
             meta=dict(cdc),
+            transactions=str(cdc["transactions"]) if cdc.get("transactions") else None,
             **extra,
         ),
         [],
@@ -356,7 +506,10 @@ def _parse_debezium(
 
 
 def _check_debezium_order(
-    fields: dict[str, str], columns: list[Column], sequence: str, op_column: str,
+    fields: dict[str, str],
+    columns: list[Column],
+    sequence: str,
+    op_column: str,
     errors: list[str],
 ) -> None:
     """The operation column is the envelope's op; the sequence is a declared integer or

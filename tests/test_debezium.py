@@ -180,8 +180,9 @@ def test_debezium_envelopes_are_staged_and_bad_ones_quarantined_with_line_and_fi
             assert f"{name}: {message}" in rec.last_error, (name, rec.last_error)
         plain = states["dbz_wrapped/plain.json"]
         assert plain.state == "QUARANTINED"
-        assert "plain.json: line 2, field 'payload': missing (meta.cdc.debezium.envelope is payload" in (
-            plain.last_error
+        assert (
+            "plain.json: line 2, field 'payload': missing (meta.cdc.debezium.envelope is payload"
+            in (plain.last_error)
         )
         for name in ("dbz_orders/good.json", "dbz_orders/more.json.gz", "dbz_wrapped/good.json"):
             assert states[name].state == "STAGED", (name, states[name].last_error)
@@ -211,14 +212,118 @@ def test_debezium_envelopes_are_staged_and_bad_ones_quarantined_with_line_and_fi
         d = Decimal
         want = sorted(
             [
-                ("good.json", 1, "I", seq(100, 5000), "r", 100, 5000, "orders", "t1", 1, d("10.00"), "new"),
-                ("good.json", 2, "I", seq(110, 5001), "c", 110, 5001, "orders", "t1", 2, d("20.50"), "new"),
-                ("good.json", 3, "U", seq(120, 5002), "u", 120, 5002, "orders", "t1", 1, d("11.00"), "paid"),
-                ("good.json", 4, "D", seq(130, 5003), "d", 130, 5003, "orders", "t1", 2, d("20.50"), "new"),
-                ("good.json", 5, "I", seq(140, 5004, 0), "c", 140, 5004, "orders", "t1", 3, d("1.00"), "new"),
-                ("good.json", 6, "U", seq(140, 5004, 1), "u", 140, 5004, "orders", "t1", 3, d("2.00"), "paid"),
-                ("good.json", 8, "T", seq(150, 5005), "t", 150, 5005, "orders", None, None, None, None),
-                ("more.json.gz", 1, "U", seq(160, 5006), "u", 160, 5006, "orders", "t1", 1, d("12.00"), "shipped"),
+                (
+                    "good.json",
+                    1,
+                    "I",
+                    seq(100, 5000),
+                    "r",
+                    100,
+                    5000,
+                    "orders",
+                    "t1",
+                    1,
+                    d("10.00"),
+                    "new",
+                ),
+                (
+                    "good.json",
+                    2,
+                    "I",
+                    seq(110, 5001),
+                    "c",
+                    110,
+                    5001,
+                    "orders",
+                    "t1",
+                    2,
+                    d("20.50"),
+                    "new",
+                ),
+                (
+                    "good.json",
+                    3,
+                    "U",
+                    seq(120, 5002),
+                    "u",
+                    120,
+                    5002,
+                    "orders",
+                    "t1",
+                    1,
+                    d("11.00"),
+                    "paid",
+                ),
+                (
+                    "good.json",
+                    4,
+                    "D",
+                    seq(130, 5003),
+                    "d",
+                    130,
+                    5003,
+                    "orders",
+                    "t1",
+                    2,
+                    d("20.50"),
+                    "new",
+                ),
+                (
+                    "good.json",
+                    5,
+                    "I",
+                    seq(140, 5004, 0),
+                    "c",
+                    140,
+                    5004,
+                    "orders",
+                    "t1",
+                    3,
+                    d("1.00"),
+                    "new",
+                ),
+                (
+                    "good.json",
+                    6,
+                    "U",
+                    seq(140, 5004, 1),
+                    "u",
+                    140,
+                    5004,
+                    "orders",
+                    "t1",
+                    3,
+                    d("2.00"),
+                    "paid",
+                ),
+                (
+                    "good.json",
+                    8,
+                    "T",
+                    seq(150, 5005),
+                    "t",
+                    150,
+                    5005,
+                    "orders",
+                    None,
+                    None,
+                    None,
+                    None,
+                ),
+                (
+                    "more.json.gz",
+                    1,
+                    "U",
+                    seq(160, 5006),
+                    "u",
+                    160,
+                    5006,
+                    "orders",
+                    "t1",
+                    1,
+                    d("12.00"),
+                    "shipped",
+                ),
             ]
         )
         assert got == want

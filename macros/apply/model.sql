@@ -8,8 +8,12 @@
   yet. The model declares itself an apply model in its config (see is_apply_model below).
 -#}
 
-{% macro unapplied(relation) %}
+{% macro unapplied(relation, transactions=none) %}
   {%- if execute -%}{%- do cdc._check_apply_model('cdc.unapplied()') -%}{%- endif -%}
+  {#- A member of a transaction group: only rows of released transactions (transactions.sql). -#}
+  {%- set gate = cdc.released_filter('cdc_staged', cdc.apply_entity(), transactions)
+      if execute and transactions is not none else '' -%}
+  {%- if execute and transactions is none -%}{%- do cdc.model_ledger(cdc.apply_entity()) -%}{%- endif -%}
   {%- set markers = cdc.state_relation('applied_files') -%}
   {%- set files = cdc.state_relation('staged_files') -%}     {#- declared inputs: lineage -#}
   {%- set tombstones = cdc.state_relation('tombstones') -%}
@@ -22,6 +26,9 @@
       from {{ markers }} as cdc_markers
       where cdc_markers.{{ q('target_table') }} = {{ cdc.sql_string(cdc.target_name()) }}
     )
+    {%- if gate %}
+      and {{ gate }}
+    {%- endif %}
   ) as cdc_unapplied
 {%- endmacro %}
 
@@ -116,6 +123,8 @@
       {%- if node and ((node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc')) and node.name not in found -%}
         {%- do found.append(node.name) -%}
       {%- endif -%}
+    {%- elif uid in graph.nodes and ((graph.nodes[uid].config.meta or {}).get('cdc') or {}).get('transaction_ledger') -%}
+      {#- a transaction group's ledger: read for the gate, not an entity of this model -#}
     {%- elif uid in graph.nodes and queue | length < 200 -%}
       {%- for parent in graph.nodes[uid].depends_on.nodes if parent not in queue -%}
         {%- do queue.append(parent) -%}

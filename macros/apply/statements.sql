@@ -120,6 +120,7 @@
   {%- for c in columns if (c.name | lower) in changes.unchanged and (c.name | lower) not in (keys | map('lower') | list) -%}
     {%- do partial.append({'column': q(c.name), 'value': q('cdc__v' ~ loop.index), 'fill': q('cdc__fill' ~ loop.index)}) -%}
   {%- endfor -%}
+  {%- set ledger = cdc.model_ledger(entity) if mode == 'cdc' else none -%}
   {%- set current = target -%}
   {%- if history -%}
     {%- set current = '(select * from ' ~ target ~ ' as cdc_open where '
@@ -156,6 +157,9 @@
       'tombstones': cdc.state_relation('tombstones'),
       'batch_files': cdc.scratch_relation(target, 'files'),
       'batch': cdc.scratch_relation(target, 'batch'),
+      'ledger': ledger,
+      'staged': cdc.staged_relation(entity) if ledger is not none else none,
+      'tx_column': q(cdc.transaction_fields(entity).tx) if ledger is not none else none,
   }) }}
 {% endmacro %}
 
@@ -264,18 +268,35 @@
   {%- set sql -%}
     select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }},
       coalesce(cdc_rows.n, 0) as {{ q('cdc__rows') }}
+      {%- if ctx.ledger is not none %},
+      coalesce(cdc_held.n, 0) as {{ q('cdc__held') }}
+      {%- endif %}
     from {{ ctx.files }} as cdc_files
     left join (
       select cdc_src.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
       from {{ ctx.source }} as cdc_src
       group by cdc_src.{{ ctx.lin.file_hash }}
     ) as cdc_rows on cdc_rows.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    {%- if ctx.ledger is not none %}
+    {#- A group member's rows of transactions neither released nor quarantined: the File
+        keeps no marker while it has some, so that the next build applies them. #}
+    left join (
+      select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
+      from {{ ctx.staged }} as cdc_st
+      where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
+        select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
+        where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
+      )
+      group by cdc_st.{{ ctx.lin.file_hash }}
+    ) as cdc_held on cdc_held.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    {%- endif %}
     where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
       and cdc_files.{{ q('file_hash') }} not in (
         select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
         where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
       )
-      and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0)
+      and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0
+        {%- if ctx.ledger is not none %} or cdc_held.n is null{% endif %})
   {%- endset -%}
   {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
 {% endmacro %}
@@ -625,7 +646,7 @@
       {%- endfor %}
     from {{ ctx.batch_files }} as cdc_files
     {{ joins }}
-    where cdc_files.{{ q('file_hash') }} not in (
+    where {% if ctx.ledger is not none %}cdc_files.{{ q('cdc__held') }} = 0 and {% endif %}cdc_files.{{ q('file_hash') }} not in (
       select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
       where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
     )

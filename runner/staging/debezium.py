@@ -11,14 +11,16 @@ staging (typing, checks, duplicates, lineage) is the same as for any other forma
   the field; staging quarantines the File with its line, like any bad row;
 - ``TS_MS`` is the envelope's ``ts_ms``, the first tie-break of the order.
 
-The staged sequence (the lineage column of key ``sequence``, a string) is the declared sequence column (an integer
-zero-padded to 20 digits, or a string as it is), then ``ts_ms`` (15 digits), then a tie-break
-(4 digits): 0, or the event's rank among the File's events of one key with the same sequence
-and ``ts_ms`` but different values, in line order (see ``staging.spark``).
+The staged sequence (the lineage column of key ``sequence``, a string) is the declared
+sequence column (an integer zero-padded to 20 digits, or a string as it is), then ``ts_ms``
+(15 digits), then a tie-break (4 digits): 0, or the event's rank among the File's events of
+one key with the same sequence and ``ts_ms`` but different values, in line order (see
+``staging.spark``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runner.entities import INTEGER_TYPES, Entity
@@ -107,7 +109,7 @@ def _problem(entity: Entity, wrapped: Column, op: Column, env: object) -> Column
                 F.col("payload").isNull(),
                 F.lit(
                     "field 'payload': missing (meta.cdc.debezium.envelope is payload: every "
-                    "line is {\"schema\": ..., \"payload\": ...})"
+                    'line is {"schema": ..., "payload": ...})'
                 ),
             )
         )
@@ -167,3 +169,93 @@ def negative_sequence(entity: Entity) -> Column | None:
         return None
     name = column_field(entity, entity.sequence)
     return F.when(F.col(entity.sequence) < 0, F.lit(f"field {name!r}: negative sequence"))
+
+
+def read_transactions(
+    spark: SparkSession,
+    paths: list[str],
+    corrupt: str,
+    identify: Callable[[DataFrame], DataFrame],
+    identity: tuple[str, ...],
+) -> DataFrame:
+    """Debezium transaction metadata (BEGIN and END records, bare or wrapped in
+    schema/payload) as raw string rows of ``TRANSACTION_COLUMNS``: one per BEGIN, one per data
+    collection an END counts. ``identify`` adds each line's File, block and id before the
+    explode, so a row's number is its line (``identity``: those columns' names)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    counted = T.StructType(
+        [
+            T.StructField("data_collection", T.StringType()),
+            T.StructField("event_count", T.StringType()),
+        ]
+    )
+    record = T.StructType(
+        [
+            T.StructField("status", T.StringType()),
+            T.StructField("id", T.StringType()),
+            T.StructField("ts_ms", T.StringType()),
+            T.StructField("event_count", T.StringType()),
+            T.StructField("data_collections", T.ArrayType(counted)),
+        ]
+    )
+    schema = T.StructType(
+        [
+            *record.fields,
+            T.StructField("payload", record),
+            T.StructField("schema", T.StringType()),
+            T.StructField(corrupt, T.StringType()),
+        ]
+    )
+    raw = identify(
+        spark.read.schema(schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", corrupt)
+        .option("encoding", "UTF-8")
+        .json(paths)
+    )
+    wrapped = F.col("payload").isNotNull() | F.col("schema").isNotNull()
+
+    def env(name: str) -> Column:
+        return F.when(wrapped, F.col("payload." + name)).otherwise(F.col(name))
+
+    status = env("status")
+    problem = F.coalesce(
+        F.when(
+            F.col("schema").isNotNull() & F.col("payload").isNull(),
+            F.lit("field 'payload': missing next to 'schema'"),
+        ),
+        F.when(env("ts_ms").isNull(), F.lit("field 'ts_ms': missing")),
+        F.when(
+            ~env("ts_ms").rlike("^[0-9]{1,15}$"),
+            F.lit("field 'ts_ms': not a number of milliseconds"),
+        ),
+        F.when(
+            (status == F.lit("END")) & env("data_collections").isNull(),
+            F.lit("field 'data_collections': missing on an END record (the per-table counts)"),
+        ),
+    )
+    rows = raw.select(
+        status.alias("status"),
+        env("id").alias("id"),
+        env("ts_ms").alias("ts_ms"),
+        env("event_count").alias("event_count"),
+        F.explode_outer(env("data_collections")).alias("__counted"),
+        problem.alias(ENVELOPE),
+        env("ts_ms").alias(TS_MS),
+        F.col(corrupt),
+        *identity,
+    )
+    return rows.select(
+        "status",
+        "id",
+        "ts_ms",
+        "event_count",
+        F.coalesce(F.col("__counted.data_collection"), F.lit("")).alias("data_collection"),
+        F.col("__counted.event_count").alias("collection_events"),
+        ENVELOPE,
+        TS_MS,
+        corrupt,
+        *identity,
+    )

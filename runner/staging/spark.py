@@ -39,6 +39,7 @@ from runner.staging.debezium import (
     column_field,
     negative_sequence,
     read_debezium,
+    read_transactions,
     sequence_base,
 )
 from runner.staging.row_hash import hash_of
@@ -185,6 +186,12 @@ def _read(
     )
     if entity.format == "parquet":
         df = spark.read.parquet(*paths).withColumn(CORRUPT, F.lit(None).cast("string"))
+    elif entity.format == "debezium" and entity.is_transactions:
+        # One row per BEGIN, one per data collection of an END: identified before the explode
+        # so that a row's number is its line.
+        return read_transactions(
+            spark, paths, CORRUPT, lambda df: _identify(df, file_identity), (FILE_URI, BLOCK, ID)
+        )
     elif entity.format == "debezium":
         df = read_debezium(spark, entity, paths, CORRUPT, file_identity == "metadata")
     elif entity.format == "json":
@@ -209,8 +216,14 @@ def _read(
             .option("encoding", "UTF-8")
             .csv(paths)
         )
+    return _identify(df, file_identity)
+
+
+def _identify(df: DataFrame, file_identity: str) -> DataFrame:
+    """Each row's File, block (split start) and id (increasing within a task, in File order)."""
+    from pyspark.sql import functions as F
+
     if file_identity == "metadata":
-        # (debezium: read_debezium kept the reader's _metadata column for this)
         df = df.withColumn(FILE_URI, F.col("_metadata.file_path")).withColumn(
             BLOCK, F.col("_metadata.file_block_start")
         )
@@ -295,6 +308,7 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
 
     def named(column: str) -> str:
         return f"field {column_field(entity, column)!r}" if debezium else f"column {column!r}"
+
     eff = entity.effective_date
     op_value = _op_map(entity)[F.col(RAW + entity.operation_column)]
     truncate = F.coalesce(op_value == F.lit("T"), F.lit(False)) if entity.truncates else None

@@ -1,0 +1,348 @@
+"""Transaction-consistent apply of a group (orders and their lines) from Debezium JSON lines and
+the transaction metadata: after every build, both tables hold exactly the transactions an
+independent expectation releases (complete, and committed before the earliest one still
+open), folded in source order; nothing of an incomplete or rolled-back transaction, and no
+line without its order.
+
+The scenario (times are the events' ts_ms; quarantine_after_seconds is 60):
+  T1 1000-1010  order 1 and two lines                   complete in run 1
+  T2 1020-1030  order 1 paid, line 13                   its line arrives in run 2 (a late File)
+  T3 1040-1100  order 2 and its line                    END two runs late (run 3)
+  T4 1050-1060  order 3 and its line                    complete in run 1, waits for T2, T3
+  T5 1070-      order 4 and its line                    never ends (rolled back)
+  T6 200000-    order 2 shipped, line 12 deleted        run 4: the clock passes T5's limit
+Released after each run, worked out by hand from those rules:
+  run 1: T1 (T2 lacks a line)   run 2: + T2 (T3 open)   run 3: + T4 (T5 open before T3's END)
+  run 4: + T3, T6 (T5 quarantined)
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import drop_database, link_package, make_project, read_table
+from test_apply import dbt_build
+
+from audit import AuditDB
+from runner.contract import state_tables
+from runner.ids import new_process_id
+from runner.ingest import ingest
+from runner.project import Project
+
+pytestmark = pytest.mark.spark
+
+MEMBER = """
+        meta:
+          cdc:
+            landing: "shop/{name}/*.json"
+            format: debezium
+            keys: [{key}]
+            sequence: lsn
+            transactions: shop_transactions
+            debezium:
+              fields: {{op: op, lsn: source.lsn, event_ms: ts_ms, tx_id: transaction.id,
+                        tx_order: transaction.data_collection_order}}
+        columns:
+          - {{name: op, data_type: string}}
+          - {{name: lsn, data_type: bigint}}
+          - {{name: event_ms, data_type: bigint}}
+          - {{name: tx_id, data_type: string}}
+          - {{name: tx_order, data_type: bigint}}
+"""
+SOURCES = (
+    """
+version: 2
+sources:
+  - name: cdc_shop
+    schema: "{{ target.schema }}"
+    tables:
+      - name: shop_transactions
+        identifier: shop_transactions__staged
+        meta:
+          cdc:
+            mode: transactions
+            landing: "shop/transactions/*.json"
+            format: debezium
+            members: {orders: shop.public.orders, order_lines: shop.public.order_lines}
+            report_after_seconds: 30
+            quarantine_after_seconds: 60
+      - name: orders
+        identifier: orders__staged
+"""
+    + MEMBER.format(name="orders", key="order_id")
+    + """          - {name: order_id, data_type: bigint}
+          - {name: customer, data_type: string}
+          - {name: total, data_type: "decimal(10,2)"}
+          - {name: status, data_type: string}
+      - name: order_lines
+        identifier: order_lines__staged
+"""
+    + MEMBER.format(name="order_lines", key="line_id")
+    + """          - {name: line_id, data_type: bigint}
+          - {name: order_id, data_type: bigint}
+          - {name: sku, data_type: string}
+          - {name: qty, data_type: int}
+"""
+)
+APPLY = """{{{{ config(materialized='incremental', incremental_strategy='merge', unique_key='{key}',
+    meta={{'cdc': {{'apply': true}}}}) }}}}
+select {columns}, {{{{ cdc.lineage_select() }}}}
+from {{{{ cdc.unapplied(ref('stg_{name}'), transactions=ref('shop_transactions')) }}}}
+"""
+MODELS = {
+    "stg_orders.sql": "{{ config(materialized='view') }}\n"
+    "select * from {{ source('cdc_shop', 'orders') }}\n",
+    "stg_order_lines.sql": "{{ config(materialized='view') }}\n"
+    "select * from {{ source('cdc_shop', 'order_lines') }}\n",
+    "shop_transactions.sql": """{{ config(materialized='incremental', unique_key='transaction_id',
+    incremental_strategy='merge', meta={'cdc': {'transaction_ledger': true}}) }}
+{{ cdc.transaction_ledger('shop_transactions', source('cdc_shop', 'shop_transactions'),
+    {'orders': ref('stg_orders'), 'order_lines': ref('stg_order_lines')}) }}
+""",
+    "orders.sql": APPLY.format(
+        key="order_id", name="orders", columns="order_id, customer, total, status"
+    ),
+    "order_lines.sql": APPLY.format(
+        key="line_id", name="order_lines", columns="line_id, order_id, sku, qty"
+    ),
+}
+COLLECTION = {"orders": "shop.public.orders", "order_lines": "shop.public.order_lines"}
+
+# (table, op, key, values) per transaction, in commit order within it.
+TX: dict[str, tuple[int, int | None, list[tuple[str, str, int, dict[str, Any]]]]] = {
+    "T1": (
+        1000,
+        1010,
+        [
+            ("orders", "c", 1, {"customer": "ann", "total": "10.00", "status": "new"}),
+            ("order_lines", "c", 11, {"order_id": 1, "sku": "A", "qty": 1}),
+            ("order_lines", "c", 12, {"order_id": 1, "sku": "B", "qty": 2}),
+        ],
+    ),
+    "T2": (
+        1020,
+        1030,
+        [
+            ("orders", "u", 1, {"customer": "ann", "total": "15.00", "status": "paid"}),
+            ("order_lines", "c", 13, {"order_id": 1, "sku": "C", "qty": 5}),
+        ],
+    ),
+    "T3": (
+        1040,
+        1100,
+        [
+            ("orders", "c", 2, {"customer": "bob", "total": "7.00", "status": "new"}),
+            ("order_lines", "c", 21, {"order_id": 2, "sku": "A", "qty": 7}),
+        ],
+    ),
+    "T4": (
+        1050,
+        1060,
+        [
+            ("orders", "c", 3, {"customer": "cy", "total": "3.00", "status": "new"}),
+            ("order_lines", "c", 31, {"order_id": 3, "sku": "D", "qty": 3}),
+        ],
+    ),
+    "T5": (
+        1070,
+        None,
+        [
+            ("orders", "c", 4, {"customer": "dee", "total": "4.00", "status": "new"}),
+            ("order_lines", "c", 41, {"order_id": 4, "sku": "E", "qty": 4}),
+        ],
+    ),
+    "T6": (
+        200000,
+        200010,
+        [
+            ("orders", "u", 2, {"customer": "bob", "total": "7.00", "status": "shipped"}),
+            ("order_lines", "d", 12, {"order_id": 1, "sku": "B", "qty": 2}),
+        ],
+    ),
+}
+KEYS = {"orders": "order_id", "order_lines": "line_id"}
+
+
+def events() -> dict[str, list[dict]]:
+    """Every event envelope per transaction, with its lsn (increasing in commit order) and its
+    per-table order in the transaction."""
+    out: dict[str, list[dict]] = {}
+    lsn = 100
+    for tx, (begin, _end, changes) in TX.items():
+        per_table: dict[str, int] = {}
+        for i, (table, op, key, values) in enumerate(changes):
+            lsn += 10
+            per_table[table] = per_table.get(table, 0) + 1
+            image = {KEYS[table]: key, **values}
+            out.setdefault(tx, []).append(
+                {
+                    "__table": table,
+                    "before": image if op == "d" else None,
+                    "after": None if op == "d" else image,
+                    "source": {"lsn": lsn, "table": table},
+                    "op": op,
+                    "ts_ms": begin + 1 + i,
+                    "transaction": {
+                        "id": tx,
+                        "total_order": i + 1,
+                        "data_collection_order": per_table[table],
+                    },
+                }
+            )
+    return out
+
+
+EVENTS = events()
+
+
+def begin(tx: str) -> dict:
+    return {
+        "status": "BEGIN",
+        "id": tx,
+        "ts_ms": TX[tx][0],
+        "event_count": None,
+        "data_collections": None,
+    }
+
+
+def end(tx: str) -> dict:
+    counts: dict[str, int] = {}
+    for table, *_ in TX[tx][2]:
+        counts[COLLECTION[table]] = counts.get(COLLECTION[table], 0) + 1
+    return {
+        "schema": {
+            "type": "struct",
+            "name": "io.debezium.connector.common.TransactionMetadataValue",
+        },
+        "payload": {
+            "status": "END",
+            "id": tx,
+            "ts_ms": TX[tx][1],
+            "event_count": sum(counts.values()),
+            "data_collections": [
+                {"data_collection": c, "event_count": n} for c, n in counts.items()
+            ],
+        },
+    }
+
+
+def of(tx: str, table: str) -> list[dict]:
+    return [e for e in EVENTS[tx] if e["__table"] == table]
+
+
+RUNS: list[dict[str, list[dict]]] = [
+    {
+        "transactions/m1.json": [
+            begin("T1"),
+            end("T1"),
+            begin("T2"),
+            end("T2"),
+            begin("T3"),
+            begin("T4"),
+            end("T4"),
+            begin("T5"),
+        ],
+        "orders/o1.json": [e for t in ("T1", "T2", "T3", "T4", "T5") for e in of(t, "orders")],
+        "order_lines/l1.json": [e for t in ("T1", "T3", "T4", "T5") for e in of(t, "order_lines")],
+    },
+    {"order_lines/l2.json": of("T2", "order_lines")},
+    {"transactions/m3.json": [end("T3")]},
+    {
+        "order_lines/l4.json": of("T6", "order_lines"),
+        "transactions/m4.json": [begin("T6"), end("T6")],
+        "orders/o4.json": of("T6", "orders"),
+    },
+]
+RELEASED = [{"T1"}, {"T1", "T2"}, {"T1", "T2", "T4"}, {"T1", "T2", "T3", "T4", "T6"}]
+
+
+def expected(released: set[str], table: str) -> dict[int, tuple]:
+    """The table after applying the released transactions' events in lsn order."""
+    state: dict[int, tuple] = {}
+    for e in sorted(
+        (e for tx in released for e in of(tx, table)), key=lambda e: e["source"]["lsn"]
+    ):
+        image = e["before"] if e["op"] == "d" else e["after"]
+        key = image[KEYS[table]]
+        if e["op"] == "d":
+            state.pop(key, None)
+        else:
+            state[key] = tuple(v for k, v in image.items() if k != KEYS[table])
+    return state
+
+
+def value(v: Any) -> Any:
+    return str(v) if isinstance(v, Decimal) else v
+
+
+@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else "tx_test"
+    monkeypatch.setenv("CDC_SCHEMA", schema)
+    return request.param
+
+
+def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
+    spark, tmp_path: Path, target: str
+) -> None:
+    root = make_project(tmp_path / "repo", without=("customers_changes_history",))
+    models = root / "dbt_project" / "models"
+    (models / "staging" / "shop.yml").write_text(SOURCES)
+    for name, sql in MODELS.items():
+        (models / name).write_text(sql)
+    link_package(root)
+    project = Project.load(root, target=target)
+    schema = project.target["schema"]
+    if target == "local":
+        drop_database(spark, schema)
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    landing = tmp_path / "landing"
+    markers_table = state_tables()["applied_files"]["identifier"]
+
+    def read(table: str) -> list[dict]:
+        return read_table(target, spark, project, schema, table)
+
+    for n, (run, released) in enumerate(zip(RUNS, RELEASED, strict=True), start=1):
+        for name, records in run.items():
+            path = landing / "shop" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(
+                "".join(
+                    json.dumps({k: v for k, v in r.items() if k != "__table"}) + "\n"
+                    for r in records
+                )
+            )
+        pid = new_process_id()
+        db.start_run(pid, "ingest", target)
+        ingest(
+            project,
+            db,
+            pid,
+            spark=spark,
+            landing=[str(landing)],
+            entity_names=["shop_transactions", "orders", "order_lines"],
+        )
+        res = dbt_build(root / "dbt_project", target, "--select", "+orders", "+order_lines")
+        assert res.success, n
+        ledger = {r["transaction_id"]: r["status"] for r in read("shop_transactions")}
+        assert {t for t, s in ledger.items() if s == "released"} == released, (n, ledger)
+        orders = {
+            r["order_id"]: (r["customer"], value(r["total"]), r["status"]) for r in read("orders")
+        }
+        lines = {r["line_id"]: (r["order_id"], r["sku"], r["qty"]) for r in read("order_lines")}
+        assert orders == expected(released, "orders"), n
+        assert lines == expected(released, "order_lines"), n
+        assert {o for o, *_ in lines.values()} <= set(orders), n  # no line without its order
+        if n == 4:
+            assert ledger["T5"] == "quarantined"
+        markers = {(m["target_table"].split(".")[-1], m["file_name"]) for m in read(markers_table)}
+        if n == 1:  # o1 and l1 hold rows of waiting transactions: no marker yet
+            assert not {f for _, f in markers} & {"o1.json", "l1.json"}
+    final = {f for t, f in markers if t in ("orders", "order_lines")}
+    assert final == {"o1.json", "o4.json", "l1.json", "l2.json", "l4.json"}
+    db.dispose()
