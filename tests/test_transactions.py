@@ -19,12 +19,13 @@ Released after each run, worked out by hand from those rules:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import drop_database, link_package, make_project, read_table
+from conftest import Cli, drop_database, link_package, make_project, read_table
 from test_apply import dbt_build
 
 from audit import AuditDB
@@ -276,37 +277,27 @@ def expected(released: set[str], table: str) -> dict[int, tuple]:
 
 
 def value(v: Any) -> Any:
-    return str(v) if isinstance(v, Decimal) else v
+    return f"{v:.2f}" if isinstance(v, Decimal) else v  # BigQuery's NUMERIC has scale 9
 
 
-@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else "tx_test"
-    monkeypatch.setenv("CDC_SCHEMA", schema)
-    return request.param
-
-
-def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
-    spark, tmp_path: Path, target: str
-) -> None:
-    root = make_project(tmp_path / "repo", without=("customers_changes_history",))
+def shop_project(root: Path) -> Path:
+    """The group's declarations and models added to a project copy."""
     models = root / "dbt_project" / "models"
     (models / "staging" / "shop.yml").write_text(SOURCES)
     for name, sql in MODELS.items():
         (models / name).write_text(sql)
-    link_package(root)
-    project = Project.load(root, target=target)
-    schema = project.target["schema"]
-    if target == "local":
-        drop_database(spark, schema)
-    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-    db.upgrade()
-    landing = tmp_path / "landing"
+    return root
+
+
+def run_scenario(
+    landing: Path,
+    ingest_files: Callable[[], None],
+    build: Callable[[], None],
+    read: Callable[[str], list[dict]],
+) -> None:
+    """The runs above: after each ingest and build, the ledger's released set, both tables and
+    the markers are checked against the expectation."""
     markers_table = state_tables()["applied_files"]["identifier"]
-
-    def read(table: str) -> list[dict]:
-        return read_table(target, spark, project, schema, table)
-
     for n, (run, released) in enumerate(zip(RUNS, RELEASED, strict=True), start=1):
         for name, records in run.items():
             path = landing / "shop" / name
@@ -317,18 +308,8 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
                     for r in records
                 )
             )
-        pid = new_process_id()
-        db.start_run(pid, "ingest", target)
-        ingest(
-            project,
-            db,
-            pid,
-            spark=spark,
-            landing=[str(landing)],
-            entity_names=["shop_transactions", "orders", "order_lines"],
-        )
-        res = dbt_build(root / "dbt_project", target, "--select", "+orders", "+order_lines")
-        assert res.success, n
+        ingest_files()
+        build()
         ledger = {r["transaction_id"]: r["status"] for r in read("shop_transactions")}
         assert {t for t, s in ledger.items() if s == "released"} == released, (n, ledger)
         orders = {
@@ -345,4 +326,75 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
             assert not {f for _, f in markers} & {"o1.json", "l1.json"}
     final = {f for t, f in markers if t in ("orders", "order_lines")}
     assert final == {"o1.json", "o4.json", "l1.json", "l2.json", "l4.json"}
+
+
+@pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    schema = request.getfixturevalue("pg_schema") if request.param == "postgres" else "tx_test"
+    monkeypatch.setenv("CDC_SCHEMA", schema)
+    return request.param
+
+
+def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
+    spark, tmp_path: Path, target: str
+) -> None:
+    root = shop_project(make_project(tmp_path / "repo", without=("customers_changes_history",)))
+    link_package(root)
+    project = Project.load(root, target=target)
+    schema = project.target["schema"]
+    if target == "local":
+        drop_database(spark, schema)
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    landing = tmp_path / "landing"
+
+    def ingest_files() -> None:
+        pid = new_process_id()
+        db.start_run(pid, "ingest", target)
+        ingest(
+            project,
+            db,
+            pid,
+            spark=spark,
+            landing=[str(landing)],
+            entity_names=["shop_transactions", "orders", "order_lines"],
+        )
+
+    def build() -> None:
+        res = dbt_build(root / "dbt_project", target, "--select", "+orders", "+order_lines")
+        assert res.success
+
+    run_scenario(
+        landing, ingest_files, build, lambda t: read_table(target, spark, project, schema, t)
+    )
     db.dispose()
+
+
+@pytest.mark.bigquery
+def test_a_group_on_bigquery_through_the_commands(
+    tmp_path: Path, cli_project: Callable[..., Cli]
+) -> None:
+    """The same runs on the BigQuery emulator, as a user types them (processes)."""
+    from test_bigquery import read
+
+    cli = cli_project("bigquery", ("customers_changes_history",))
+    shop_project(cli.root)
+    landing = tmp_path / "landing"
+
+    def ingest_files() -> None:
+        cli("runner", "ingest", "--landing", str(landing), "--target", "bigquery")
+
+    def build() -> None:
+        cli(
+            "dbt",
+            "build",
+            "--project-dir",
+            "dbt_project",
+            "--target",
+            "bigquery",
+            "--select",
+            "+orders",
+            "+order_lines",
+        )
+
+    run_scenario(landing, ingest_files, build, lambda t: read(cli, t))
