@@ -298,6 +298,7 @@ def run_scenario(
     """The runs above: after each ingest and build, the ledger's released set, both tables and
     the markers are checked against the expectation."""
     markers_table = state_tables()["applied_files"]["identifier"]
+    held_table = state_tables()["held_files"]["identifier"]
     for n, (run, released) in enumerate(zip(RUNS, RELEASED, strict=True), start=1):
         for name, records in run.items():
             path = landing / "shop" / name
@@ -322,10 +323,36 @@ def run_scenario(
         if n == 4:
             assert ledger["T5"] == "quarantined"
         markers = {(m["target_table"].split(".")[-1], m["file_name"]) for m in read(markers_table)}
+        held = {(h["target_table"].split(".")[-1], h["file_name"]): h for h in read(held_table)}
         if n == 1:  # o1 and l1 hold rows of waiting transactions: no marker yet
             assert not {f for _, f in markers} & {"o1.json", "l1.json"}
+            # o1: T1 applied (order 1 inserted); T2 to T5 held. l1: T1's two lines inserted.
+            counts = {
+                k: (h["rows_held"], h["transactions_held"], h["rows_inserted"])
+                for k, h in held.items()
+            }
+            assert counts == {
+                ("orders", "o1.json"): (4, 4, 1),
+                ("order_lines", "l1.json"): (3, 3, 2),
+            }
+    assert not held  # nothing held once T5 is quarantined
     final = {f for t, f in markers if t in ("orders", "order_lines")}
     assert final == {"o1.json", "o4.json", "l1.json", "l2.json", "l4.json"}
+    # Each File's marker adds up its parts: every row of a released transaction counted once.
+    released = RELEASED[-1]
+    for m in read(markers_table):
+        table = m["target_table"].split(".")[-1]
+        if table not in KEYS:
+            continue
+        name = next(f for run in RUNS for f in run if f.endswith("/" + m["file_name"]))
+        rows = [r for r in next(run[name] for run in RUNS if name in run)]
+        want = sum(1 for r in rows if r["transaction"]["id"] in released)
+        got = m["rows_inserted"] + m["rows_updated"] + m["rows_deleted"] + m["rows_skipped"]
+        assert got == want, (table, m["file_name"], m)
+    by_file = {
+        m["file_name"]: m for m in read(markers_table) if m["target_table"].endswith("lines")
+    }
+    assert by_file["l1.json"]["rows_inserted"] == 4  # 11, 12 (run 1), 31 (run 3), 21 (run 4)
 
 
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -41,6 +41,7 @@
       cdc.apply_history_merge_sql(ctx),
       cdc.apply_history_deletes_sql(ctx) if ctx.hard_deletes == 'invalidate' or ctx.truncates else '',
       cdc.apply_history_markers_sql(ctx),
+      cdc.apply_held_files_sql(ctx),
   ] if sql | trim -%}
     {%- do statements.append(sql | trim) -%}
   {%- endfor -%}

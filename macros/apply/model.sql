@@ -11,8 +11,7 @@
 {% macro unapplied(relation, transactions=none) %}
   {%- if execute -%}{%- do cdc._check_apply_model('cdc.unapplied()') -%}{%- endif -%}
   {#- A member of a transaction group: only rows of released transactions (transactions.sql). -#}
-  {%- set gate = cdc.released_filter('cdc_staged', cdc.apply_entity(), transactions)
-      if execute and transactions is not none else '' -%}
+  {%- set gated = execute and transactions is not none -%}
   {%- if execute and transactions is none -%}{%- do cdc.model_ledger(cdc.apply_entity()) -%}{%- endif -%}
   {%- set markers = cdc.state_relation('applied_files') -%}
   {%- set files = cdc.state_relation('staged_files') -%}     {#- declared inputs: lineage -#}
@@ -21,13 +20,16 @@
   (
     select cdc_staged.*
     from {{ relation }} as cdc_staged
+    {%- if gated %}
+    {{ cdc.released_joins('cdc_staged', cdc.apply_entity(), transactions) }}
+    {%- endif %}
     where cdc_staged.{{ q(cdc.lineage_columns().file_hash) }} not in (
       select cdc_markers.{{ q('file_hash') }}
       from {{ markers }} as cdc_markers
       where cdc_markers.{{ q('target_table') }} = {{ cdc.sql_string(cdc.target_name()) }}
     )
-    {%- if gate %}
-      and {{ gate }}
+    {%- if gated %}
+      and {{ cdc.released_filter('cdc_staged', cdc.apply_entity()) }}
     {%- endif %}
   ) as cdc_unapplied
 {%- endmacro %}

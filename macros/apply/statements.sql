@@ -51,6 +51,7 @@
       cdc.apply_merge_target_sql(ctx),
       cdc.apply_merge_tombstones_sql(ctx),
       cdc.apply_insert_markers_sql(ctx),
+      cdc.apply_held_files_sql(ctx),
   ] if sql | trim -%}
     {%- do statements.append(sql | trim) -%}
   {%- endfor -%}
@@ -158,6 +159,7 @@
       'batch_files': cdc.scratch_relation(target, 'files'),
       'batch': cdc.scratch_relation(target, 'batch'),
       'ledger': ledger,
+      'held_files': cdc.state_relation('held_files'),
       'staged': cdc.staged_relation(entity) if ledger is not none else none,
       'tx_column': q(cdc.transaction_fields(entity).tx) if ledger is not none else none,
   }) }}
@@ -636,6 +638,18 @@
       'invocation_id': ctx.invocation,
       'applied_at': ctx.now,
   } -%}
+  {%- if ctx.ledger is not none -%}
+    {#- A group member: the held step after this one needs the same counts; a File applied in
+        parts adds the counts of its earlier parts (cdc_held_files). -#}
+    {%- do ctx.update({'marker_joins': joins, 'marker_counts': counts}) -%}
+    {%- set joins = joins ~ '\n    left join ' ~ ctx.held_files ~ ' as cdc_prior on cdc_prior.' ~ q('target_table')
+        ~ ' = ' ~ ctx.this_table ~ ' and cdc_prior.' ~ q('file_hash') ~ ' = cdc_files.' ~ q('file_hash') -%}
+    {%- set summed = {} -%}
+    {%- for name, expr in counts.items() -%}
+      {%- do summed.update({name: '(' ~ expr ~ ') + coalesce(cdc_prior.' ~ q(name) ~ ', 0)'}) -%}
+    {%- endfor -%}
+    {%- set counts = summed -%}
+  {%- endif -%}
   {%- do values.update(counts) -%}
   {%- set columns = cdc._state_values('applied_files', values) -%}
   {%- set sql -%}

@@ -185,12 +185,30 @@ from cdc_status
   {{ return(out) }}
 {% endmacro %}
 
-{#- The rows of a member the ledger released, or outside any transaction (cdc.unapplied). -#}
-{% macro released_filter(alias, entity, ledger) %}
+{#- cdc.unapplied() of a group member: the joins and the filter that keep the rows of
+    released transactions (and rows outside any transaction), less those an earlier build
+    already applied from a File it applied in part (released before its cdc_held_files row
+    was last written). -#}
+{% macro released_joins(alias, entity, ledger) %}
   {%- set q = adapter.quote -%}
   {%- set tx = alias ~ '.' ~ q(cdc.transaction_fields(entity).tx) -%}
-  {{ return('(' ~ tx ~ ' is null or ' ~ tx ~ ' in (select cdc_ledger.' ~ q('transaction_id')
-      ~ ' from ' ~ ledger ~ ' as cdc_ledger where cdc_ledger.' ~ q('status') ~ " = 'released'))") }}
+  {%- set sql -%}
+    left join {{ cdc.state_relation('held_files') }} as cdc_part
+      on cdc_part.{{ q('target_table') }} = {{ cdc.sql_string(cdc.target_name()) }}
+      and cdc_part.{{ q('file_hash') }} = {{ alias }}.{{ q(cdc.lineage_columns().file_hash) }}
+    left join (
+      select cdc_ledger.{{ q('transaction_id') }} as cdc_tx, cdc_ledger.{{ q('settled_at') }} as cdc_settled_at
+      from {{ ledger }} as cdc_ledger
+      where cdc_ledger.{{ q('status') }} = 'released'
+    ) as cdc_released on cdc_released.cdc_tx = {{ tx }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+{% macro released_filter(alias, entity) %}
+  {%- set q = adapter.quote -%}
+  {%- set tx = alias ~ '.' ~ q(cdc.transaction_fields(entity).tx) -%}
+  {{ return('((' ~ tx ~ ' is null and cdc_part.' ~ q('file_hash') ~ ' is null) or (cdc_released.cdc_tx is not null and '
+      ~ '(cdc_part.' ~ q('updated_at') ~ ' is null or cdc_released.cdc_settled_at > cdc_part.' ~ q('updated_at') ~ ')))') }}
 {% endmacro %}
 
 {#- The ledger this apply model reads, when its entity is in a transaction group: the upstream
@@ -214,4 +232,57 @@ from cdc_status
     {{ return(api.Relation.create(database=node.database, schema=node.schema, identifier=node.identifier)) }}
   {%- endfor -%}
   {{ exceptions.raise_compiler_error("no staged source for entity " ~ entity) }}
+{% endmacro %}
+
+{#- A group member's Files applied in part (rows of transactions not yet released): their
+    held rows and transactions and the counts applied so far, added to this build's (the
+    markers step's counts, ctx.marker_counts); a File with nothing held any more (its marker
+    was written by the markers step) is removed. One MERGE, after the markers step. -#}
+{% macro apply_held_files_sql(ctx) %}
+  {%- if ctx.ledger is none -%}{{ return('') }}{%- endif -%}
+  {{ return(adapter.dispatch('apply_held_files_sql', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_held_files_sql(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set counts = ctx.marker_counts -%}
+  {%- set names = ['rows_inserted', 'rows_updated', 'rows_deleted', 'rows_skipped'] -%}
+  {%- set sql -%}
+    merge into {{ ctx.held_files }} as cdc_t
+    using (
+      select cdc_files.{{ q('file_hash') }} as cdc_file_hash, cdc_files.{{ q('file_name') }} as cdc_file_name,
+        cdc_files.{{ q('cdc__held') }} as cdc_rows_held, coalesce(cdc_tx.n, 0) as cdc_tx_held,
+        {%- for name in names %}
+        {{ counts[name] }} as cdc_{{ name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+      from {{ ctx.batch_files }} as cdc_files
+      {{ ctx.marker_joins }}
+      left join (
+        select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, count(distinct cdc_st.{{ ctx.tx_column }}) as n
+        from {{ ctx.staged }} as cdc_st
+        where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
+          select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
+          where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
+        )
+        group by cdc_st.{{ ctx.lin.file_hash }}
+      ) as cdc_tx on cdc_tx.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    ) as cdc_s
+    on cdc_t.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_t.{{ q('file_hash') }} = cdc_s.cdc_file_hash
+    when matched and cdc_s.cdc_rows_held = 0 then delete
+    when matched then update set
+      {{ q('rows_held') }} = cdc_s.cdc_rows_held,
+      {{ q('transactions_held') }} = cdc_s.cdc_tx_held,
+      {%- for name in names %}
+      {{ q(name) }} = cdc_t.{{ q(name) }} + cdc_s.cdc_{{ name }},
+      {%- endfor %}
+      {{ q('invocation_id') }} = {{ ctx.invocation }},
+      {{ q('updated_at') }} = {{ ctx.now }}
+    when not matched and cdc_s.cdc_rows_held > 0 then insert (
+      {%- for c in cdc.state_tables().held_files.columns %}{{ q(c) }}{{ ', ' if not loop.last }}{% endfor -%}
+    ) values (
+      {{ ctx.this_table }}, cdc_s.cdc_file_hash, cdc_s.cdc_file_name, cdc_s.cdc_rows_held, cdc_s.cdc_tx_held,
+      {%- for name in names %} cdc_s.cdc_{{ name }},{% endfor %}
+      {{ ctx.invocation }}, {{ ctx.now }}
+    )
+  {%- endset -%}
+  {{ return(sql) }}
 {% endmacro %}

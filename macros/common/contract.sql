@@ -22,6 +22,10 @@
   state_tables: the framework's tables, in the one state schema (cdc.state_schema()): columns
     in order with their types, and the key each row is unique by (enforced where the
     destination can: PostgreSQL).
+    held_files: the Files of a transaction group's member (macros/apply/transactions.sql) whose
+    rows are partly held back (their transactions are not released yet): per target and
+    File, the rows and transactions still held and the counts of the rows applied so far,
+    which the File's Applied File Marker adds up once nothing of it is held.
     history_deletes: the deletes applied to a change-history model whose deletes leave no row
     (hard_deletes: invalidate), so that a late File's changes are placed before or after them.
 -#}
@@ -69,6 +73,14 @@
                           "file_hash": "string", "process_id": "string", "invocation_id": "string",
                           "deleted_at": "timestamp"},
               "key": ["target_table", "key_text"],
+          },
+          "held_files": {
+              "identifier": "cdc_held_files",
+              "columns": {"target_table": "string", "file_hash": "string", "file_name": "string",
+                          "rows_held": "bigint", "transactions_held": "bigint",
+                          "rows_inserted": "bigint", "rows_updated": "bigint", "rows_deleted": "bigint",
+                          "rows_skipped": "bigint", "invocation_id": "string", "updated_at": "timestamp"},
+              "key": ["target_table", "file_hash"],
           },
           "history_deletes": {
               "identifier": "cdc_history_deletes",
