@@ -202,10 +202,25 @@ def main(
 @global_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per File.")
 @click.option("--entity", help="Only this entity's Files.")
+@click.option(
+    "--groups",
+    is_flag=True,
+    help="Only the transaction groups: watermark, held and quarantined transactions (read "
+    "from each group's ledger in the destination).",
+)
 @click.pass_obj
-def status(obj: Context, as_json: bool, entity: str | None) -> None:
-    """Show every File the Audit DB knows, with its state."""
+def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> None:
+    """Show every File the Audit DB knows, with its state, then the transaction groups."""
+    from runner.transactions import group_status
+
     project = obj.project()
+    if groups:
+        found = group_status(project)
+        if as_json:
+            click.echo(json.dumps([g.as_json() for g in found], indent=None))
+        else:
+            _print_groups(found)
+        return
     db = obj.audit_db(project)
     try:
         files = db.files(entity=entity)
@@ -215,6 +230,30 @@ def status(obj: Context, as_json: bool, entity: str | None) -> None:
         click.echo(json.dumps([f.as_json() for f in files], indent=None))
         return
     _print_status_table(files)
+    if entity is None:
+        _print_groups(group_status(project))
+
+
+def _print_groups(found: list[Any]) -> None:
+    """One line per group, then one per held or quarantined transaction."""
+    for g in found:
+        if not g.built:
+            click.echo(f"group {g.group}: ledger {g.ledger} not built yet (run `dbt build`)")
+            continue
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(g.counts.items())) or "no transactions"
+        click.echo(
+            f"group {g.group} ({', '.join(g.members)}): watermark_ms {g.watermark_ms}; {counts}"
+        )
+        for h in g.held:
+            late = " OVERDUE" if h["overdue"] else ""
+            click.echo(
+                f"  held {h['transaction_id']}: {h['staged_events']} of "
+                f"{h['expected_events'] if h['end_ms'] is not None else '?'} events staged, "
+                f"{'ended' if h['end_ms'] is not None else 'no END yet'}, "
+                f"held for {h['held_ms']} ms of source time{late}"
+            )
+        for tx in g.quarantined:
+            click.echo(f"  quarantined {tx}: never ended in time; none of it applied")
 
 
 def _print_status_table(files: list[Any]) -> None:
@@ -679,8 +718,21 @@ def generate(
         raise UsageError(f"unknown entity {entity_name!r}; declared: {sorted(entities)}")
     if not 0 <= delete_share + update_share <= 1 or files < 1:
         raise UsageError("shares must add up to at most 1, and --files must be at least 1")
-    folder = Path(out) if out else project.root / project.settings.landing_roots[0] / entity_name
     entity = entities[entity_name]
+    if entity.is_transactions:  # a transaction group: its members' Files and its metadata
+        from runner.generate import GroupSpec, generate_group
+
+        root = Path(out) if out else project.root / project.settings.landing_roots[0]
+        gspec = GroupSpec(transactions=initial, files=files, seed=seed)
+        written = generate_group(entity, entities, root, gspec)
+        click.echo(
+            f"wrote {len(written)} Files ({initial} transactions of "
+            f"{', '.join(entity.members)}, and their metadata) under {root}; the END of the "
+            f"last transaction is in {written[-1].relative_to(root)}, outside the landing "
+            "globs: move it next to the other metadata Files to release that transaction"
+        )
+        return
+    folder = Path(out) if out else project.root / project.settings.landing_roots[0] / entity_name
     if snapshot != entity.is_snapshot:
         raise UsageError(
             f"entity {entity_name} is declared with mode {entity.mode}: "

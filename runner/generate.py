@@ -456,3 +456,160 @@ def synthetic_snapshot_entity(name: str, key_columns: int, value_columns: int) -
         compare=tuple(c.name for c in cols if c.name not in cdc["keys"]),
         effective_date=EffectiveDate(file_pattern=cdc["effective_date"]["file_pattern"]),
     )
+
+
+@dataclass
+class GroupSpec:
+    transactions: int = 40
+    files: int = 4  # Files per member, and of transaction metadata
+    late: int = 1  # the last transactions whose END is written apart (outside the globs)
+    seed: int = 7
+
+
+def _folder(landing_root: Path, entity: Any) -> Path:
+    """The landing folder of an entity: its first glob's directory part."""
+    parts = Path(entity.landing[0]).parts
+    fixed = [p for p in parts[:-1] if not any(ch in p for ch in "*?[")]
+    return landing_root.joinpath(*fixed)
+
+
+def generate_group(
+    group: Any, entities: dict[str, Any], landing_root: Path, spec: GroupSpec
+) -> list[Path]:
+    """Debezium JSON lines for a transaction group and its metadata, deterministic for a seed.
+
+    Each transaction changes the first member (a new key, or an update of one) and a few rows
+    of the others (new rows, whose column named like the first member's key points at it;
+    updates; deletes). Events are in lsn order; each member's events, and the BEGIN/END
+    records, are cut into ``spec.files`` Files, so transactions are spread over Files. The END
+    records of the last ``spec.late`` transactions go to ``late/`` next to the metadata Files,
+    which the declared glob does not match: those transactions wait (move the File in to
+    release them)."""
+    import json
+
+    rng = random.Random(spec.seed)
+    members = list(group.members)
+    parent = entities[members[0]]
+    fk = parent.keys[0]
+    live: dict[str, list[int]] = {m: [] for m in members}
+    next_key = {m: 1 for m in members}
+    events: dict[str, list[dict[str, Any]]] = {m: [] for m in members}
+    meta: list[dict[str, Any]] = []
+    lsn, base = 1000, 1_770_000_000_000
+
+    def image(entity: Any, key: int, parent_key: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for c in entity.columns:
+            if c.name in entity.debezium_fields:
+                continue
+            if c.name == entity.keys[0]:
+                out[c.name] = key
+            elif c.name == fk and entity is not parent:
+                out[c.name] = parent_key
+            else:
+                raw = _value(rng, c.data_type, key)
+                out[c.name] = raw if raw != "" else None
+        return out
+
+    def envelope(entity: Any, op: str, row: dict[str, Any], tx: str, ts: int, order: dict) -> dict:
+        nonlocal lsn
+        lsn += 8
+        order[entity.name] = order.get(entity.name, 0) + 1
+        total = sum(order.values())
+        return {
+            "before": row if op in ("u", "d") else None,
+            "after": None if op == "d" else row,
+            "source": {
+                "connector": "postgresql",
+                "db": "shop",
+                "schema": "public",
+                "table": group.members[entity.name].split(".")[-1],
+                "lsn": lsn,
+                "ts_ms": ts,
+                "txId": int(tx.split(":")[0]),
+            },
+            "op": op,
+            "ts_ms": ts,
+            "transaction": {
+                "id": tx,
+                "total_order": total,
+                "data_collection_order": order[entity.name],
+            },
+        }
+
+    for t in range(spec.transactions):
+        start = base + t * 1000
+        tx = f"{5000 + t}:{lsn + 8}"
+        order: dict[str, int] = {}
+        meta.append(
+            {
+                "status": "BEGIN",
+                "id": tx,
+                "ts_ms": start,
+                "event_count": None,
+                "data_collections": None,
+            }
+        )
+        ts = start
+        if live[parent.name] and rng.random() < 0.3:
+            key = rng.choice(live[parent.name])
+            op = "u"
+        else:
+            key, op = next_key[parent.name], "c"
+            next_key[parent.name] += 1
+            live[parent.name].append(key)
+        ts += 1
+        events[parent.name].append(envelope(parent, op, image(parent, key, key), tx, ts, order))
+        for name in members[1:]:
+            child = entities[name]
+            for _ in range(rng.randint(1, 3)):
+                ts += 1
+                roll = rng.random()
+                if live[name] and roll < 0.15:
+                    k = live[name].pop(rng.randrange(len(live[name])))
+                    row = image(child, k, key)
+                    events[name].append(envelope(child, "d", row, tx, ts, order))
+                elif live[name] and roll < 0.35:
+                    k = rng.choice(live[name])
+                    events[name].append(envelope(child, "u", image(child, k, key), tx, ts, order))
+                else:
+                    k = next_key[name]
+                    next_key[name] += 1
+                    live[name].append(k)
+                    events[name].append(envelope(child, "c", image(child, k, key), tx, ts, order))
+        meta.append(
+            {
+                "status": "END",
+                "id": tx,
+                "ts_ms": ts + 1,
+                "event_count": sum(order.values()),
+                "data_collections": [
+                    {"data_collection": group.members[m], "event_count": n}
+                    for m, n in order.items()
+                ],
+            }
+        )
+
+    def write(path: Path, records: list[dict[str, Any]]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        return path
+
+    def chunks(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        size = max(1, -(-len(records) // spec.files))
+        return [records[i : i + size] for i in range(0, len(records), size)]
+
+    written = []
+    for name in members:
+        folder = _folder(landing_root, entities[name])
+        for i, part in enumerate(chunks(events[name]), start=1):
+            written.append(write(folder / f"{name}-{i:04d}.json", part))
+    held_back = {m["id"] for m in meta[-2 * spec.late :: 2]} if spec.late else set()
+    on_time = [m for m in meta if not (m["status"] == "END" and m["id"] in held_back)]
+    folder = _folder(landing_root, group)
+    for i, part in enumerate(chunks(on_time), start=1):
+        written.append(write(folder / f"{group.name}-{i:04d}.json", part))
+    late = [m for m in meta if m["status"] == "END" and m["id"] in held_back]
+    if late:
+        written.append(write(folder / "late" / f"{group.name}-late.json", late))
+    return written

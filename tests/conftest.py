@@ -30,9 +30,16 @@ PG_START_HINT = (
 CHANGES_HISTORY = ("customers_changes_history",)
 
 
-def make_project(root: Path, without: tuple[str, ...] = ()) -> Path:
+# The sample's transaction group (Debezium orders and order lines): its declarations and
+# models. Only the tests of that feature keep it (make_project(shop=True)); on Spark it adds
+# six models to every build.
+SHOP = ("models/staging/shop.yml", "models/shop")
+
+
+def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
-    `without`: sample models left out of the copy (their SQL file and their YAML entry)."""
+    `without`: sample models left out of the copy (their SQL file and their YAML entry);
+    `shop`: keep the sample's transaction group (SHOP)."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
     shutil.copy(REPO / "runner.yml", root / "runner.yml")
@@ -43,6 +50,10 @@ def make_project(root: Path, without: tuple[str, ...] = ()) -> Path:
         ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
     )
     shutil.copytree(REPO / "macros", root / "macros", dirs_exist_ok=True)
+    if not shop:
+        for part in SHOP:
+            path = root / "dbt_project" / part
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
     models = root / "dbt_project" / "models"
     for name in without:
         (models / f"{name}.sql").unlink()
@@ -238,8 +249,8 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
     after the test on PostgreSQL."""
     from runner.spark_session import link_iceberg_jar
 
-    def make(target: str, without: tuple[str, ...] = ()) -> Cli:
-        root = make_project(tmp_path / "repo", without)
+    def make(target: str, without: tuple[str, ...] = (), shop: bool = False) -> Cli:
+        root = make_project(tmp_path / "repo", without, shop)
         link_iceberg_jar(root)
         env: dict[str, str] = {}
         if target == "postgres":

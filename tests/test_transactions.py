@@ -4,13 +4,13 @@ independent expectation releases (complete, and committed before the earliest on
 open), folded in source order; nothing of an incomplete or rolled-back transaction, and no
 line without its order.
 
-The scenario (times are the events' ts_ms; quarantine_after_seconds is 60):
+The scenario (times are the events' ts_ms; the sample's quarantine_after_seconds is 3600):
   T1 1000-1010  order 1 and two lines                   complete in run 1
   T2 1020-1030  order 1 paid, line 13                   its line arrives in run 2 (a late File)
   T3 1040-1100  order 2 and its line                    END two runs late (run 3)
   T4 1050-1060  order 3 and its line                    complete in run 1, waits for T2, T3
   T5 1070-      order 4 and its line                    never ends (rolled back)
-  T6 200000-    order 2 shipped, line 12 deleted        run 4: the clock passes T5's limit
+  T6 4000000-   order 2 shipped, line 12 deleted        run 4: the clock passes T5's limit
 Released after each run, worked out by hand from those rules:
   run 1: T1 (T2 lacks a line)   run 2: + T2 (T3 open)   run 3: + T4 (T5 open before T3's END)
   run 4: + T3, T6 (T5 quarantined)
@@ -33,84 +33,10 @@ from runner.contract import state_tables
 from runner.ids import new_process_id
 from runner.ingest import ingest
 from runner.project import Project
+from runner.transactions import group_status
 
 pytestmark = pytest.mark.spark
 
-MEMBER = """
-        meta:
-          cdc:
-            landing: "shop/{name}/*.json"
-            format: debezium
-            keys: [{key}]
-            sequence: lsn
-            transactions: shop_transactions
-            debezium:
-              fields: {{op: op, lsn: source.lsn, event_ms: ts_ms, tx_id: transaction.id,
-                        tx_order: transaction.data_collection_order}}
-        columns:
-          - {{name: op, data_type: string}}
-          - {{name: lsn, data_type: bigint}}
-          - {{name: event_ms, data_type: bigint}}
-          - {{name: tx_id, data_type: string}}
-          - {{name: tx_order, data_type: bigint}}
-"""
-SOURCES = (
-    """
-version: 2
-sources:
-  - name: cdc_shop
-    schema: "{{ target.schema }}"
-    tables:
-      - name: shop_transactions
-        identifier: shop_transactions__staged
-        meta:
-          cdc:
-            mode: transactions
-            landing: "shop/transactions/*.json"
-            format: debezium
-            members: {orders: shop.public.orders, order_lines: shop.public.order_lines}
-            report_after_seconds: 30
-            quarantine_after_seconds: 60
-      - name: orders
-        identifier: orders__staged
-"""
-    + MEMBER.format(name="orders", key="order_id")
-    + """          - {name: order_id, data_type: bigint}
-          - {name: customer, data_type: string}
-          - {name: total, data_type: "decimal(10,2)"}
-          - {name: status, data_type: string}
-      - name: order_lines
-        identifier: order_lines__staged
-"""
-    + MEMBER.format(name="order_lines", key="line_id")
-    + """          - {name: line_id, data_type: bigint}
-          - {name: order_id, data_type: bigint}
-          - {name: sku, data_type: string}
-          - {name: qty, data_type: int}
-"""
-)
-APPLY = """{{{{ config(materialized='incremental', incremental_strategy='merge', unique_key='{key}',
-    meta={{'cdc': {{'apply': true}}}}) }}}}
-select {columns}, {{{{ cdc.lineage_select() }}}}
-from {{{{ cdc.unapplied(ref('stg_{name}'), transactions=ref('shop_transactions')) }}}}
-"""
-MODELS = {
-    "stg_orders.sql": "{{ config(materialized='view') }}\n"
-    "select * from {{ source('cdc_shop', 'orders') }}\n",
-    "stg_order_lines.sql": "{{ config(materialized='view') }}\n"
-    "select * from {{ source('cdc_shop', 'order_lines') }}\n",
-    "shop_transactions.sql": """{{ config(materialized='incremental', unique_key='transaction_id',
-    incremental_strategy='merge', meta={'cdc': {'transaction_ledger': true}}) }}
-{{ cdc.transaction_ledger('shop_transactions', source('cdc_shop', 'shop_transactions'),
-    {'orders': ref('stg_orders'), 'order_lines': ref('stg_order_lines')}) }}
-""",
-    "orders.sql": APPLY.format(
-        key="order_id", name="orders", columns="order_id, customer, total, status"
-    ),
-    "order_lines.sql": APPLY.format(
-        key="line_id", name="order_lines", columns="line_id, order_id, sku, qty"
-    ),
-}
 COLLECTION = {"orders": "shop.public.orders", "order_lines": "shop.public.order_lines"}
 
 # (table, op, key, values) per transaction, in commit order within it.
@@ -119,49 +45,49 @@ TX: dict[str, tuple[int, int | None, list[tuple[str, str, int, dict[str, Any]]]]
         1000,
         1010,
         [
-            ("orders", "c", 1, {"customer": "ann", "total": "10.00", "status": "new"}),
-            ("order_lines", "c", 11, {"order_id": 1, "sku": "A", "qty": 1}),
-            ("order_lines", "c", 12, {"order_id": 1, "sku": "B", "qty": 2}),
+            ("orders", "c", 1, {"customer_id": 7, "status": "new", "total": "10.00"}),
+            ("order_lines", "c", 11, {"order_id": 1, "sku": "A", "quantity": 1, "price": "1.50"}),
+            ("order_lines", "c", 12, {"order_id": 1, "sku": "B", "quantity": 2, "price": "2.50"}),
         ],
     ),
     "T2": (
         1020,
         1030,
         [
-            ("orders", "u", 1, {"customer": "ann", "total": "15.00", "status": "paid"}),
-            ("order_lines", "c", 13, {"order_id": 1, "sku": "C", "qty": 5}),
+            ("orders", "u", 1, {"customer_id": 7, "status": "paid", "total": "15.00"}),
+            ("order_lines", "c", 13, {"order_id": 1, "sku": "C", "quantity": 5, "price": "5.50"}),
         ],
     ),
     "T3": (
         1040,
         1100,
         [
-            ("orders", "c", 2, {"customer": "bob", "total": "7.00", "status": "new"}),
-            ("order_lines", "c", 21, {"order_id": 2, "sku": "A", "qty": 7}),
+            ("orders", "c", 2, {"customer_id": 8, "status": "new", "total": "7.00"}),
+            ("order_lines", "c", 21, {"order_id": 2, "sku": "A", "quantity": 7, "price": "7.50"}),
         ],
     ),
     "T4": (
         1050,
         1060,
         [
-            ("orders", "c", 3, {"customer": "cy", "total": "3.00", "status": "new"}),
-            ("order_lines", "c", 31, {"order_id": 3, "sku": "D", "qty": 3}),
+            ("orders", "c", 3, {"customer_id": 9, "status": "new", "total": "3.00"}),
+            ("order_lines", "c", 31, {"order_id": 3, "sku": "D", "quantity": 3, "price": "3.50"}),
         ],
     ),
     "T5": (
         1070,
         None,
         [
-            ("orders", "c", 4, {"customer": "dee", "total": "4.00", "status": "new"}),
-            ("order_lines", "c", 41, {"order_id": 4, "sku": "E", "qty": 4}),
+            ("orders", "c", 4, {"customer_id": 10, "status": "new", "total": "4.00"}),
+            ("order_lines", "c", 41, {"order_id": 4, "sku": "E", "quantity": 4, "price": "4.50"}),
         ],
     ),
     "T6": (
-        200000,
-        200010,
+        4_000_000,
+        4_000_010,
         [
-            ("orders", "u", 2, {"customer": "bob", "total": "7.00", "status": "shipped"}),
-            ("order_lines", "d", 12, {"order_id": 1, "sku": "B", "qty": 2}),
+            ("orders", "u", 2, {"customer_id": 8, "status": "shipped", "total": "7.00"}),
+            ("order_lines", "d", 12, {"order_id": 1, "sku": "B", "quantity": 2, "price": "2.50"}),
         ],
     ),
 }
@@ -258,6 +184,7 @@ RUNS: list[dict[str, list[dict]]] = [
         "orders/o4.json": of("T6", "orders"),
     },
 ]
+HELD = [["T2", "T3", "T4", "T5"], ["T3", "T4", "T5"], ["T3", "T5"], []]
 RELEASED = [{"T1"}, {"T1", "T2"}, {"T1", "T2", "T4"}, {"T1", "T2", "T3", "T4", "T6"}]
 
 
@@ -280,20 +207,12 @@ def value(v: Any) -> Any:
     return f"{v:.2f}" if isinstance(v, Decimal) else v  # BigQuery's NUMERIC has scale 9
 
 
-def shop_project(root: Path) -> Path:
-    """The group's declarations and models added to a project copy."""
-    models = root / "dbt_project" / "models"
-    (models / "staging" / "shop.yml").write_text(SOURCES)
-    for name, sql in MODELS.items():
-        (models / name).write_text(sql)
-    return root
-
-
 def run_scenario(
     landing: Path,
     ingest_files: Callable[[], None],
     build: Callable[[], None],
     read: Callable[[str], list[dict]],
+    groups: Callable[[], list[dict]],
 ) -> None:
     """The runs above: after each ingest and build, the ledger's released set, both tables and
     the markers are checked against the expectation."""
@@ -314,14 +233,25 @@ def run_scenario(
         ledger = {r["transaction_id"]: r["status"] for r in read("shop_transactions")}
         assert {t for t, s in ledger.items() if s == "released"} == released, (n, ledger)
         orders = {
-            r["order_id"]: (r["customer"], value(r["total"]), r["status"]) for r in read("orders")
+            r["order_id"]: (r["customer_id"], r["status"], value(r["total"]))
+            for r in read("orders")
         }
-        lines = {r["line_id"]: (r["order_id"], r["sku"], r["qty"]) for r in read("order_lines")}
+        lines = {
+            r["line_id"]: (r["order_id"], r["sku"], r["quantity"], value(r["price"]))
+            for r in read("order_lines")
+        }
         assert orders == expected(released, "orders"), n
         assert lines == expected(released, "order_lines"), n
         assert {o for o, *_ in lines.values()} <= set(orders), n  # no line without its order
         if n == 4:
             assert ledger["T5"] == "quarantined"
+        # What `runner status --groups` shows: the watermark (the latest released END) and
+        # the transactions held, oldest first, and quarantined.
+        (group,) = groups()
+        assert group["group"] == "shop_transactions"
+        assert group["watermark_ms"] == max(TX[t][1] for t in released)
+        assert [h["transaction_id"] for h in group["held"]] == HELD[n - 1], n
+        assert group["quarantined"] == (["T5"] if n == 4 else [])
         markers = {(m["target_table"].split(".")[-1], m["file_name"]) for m in read(markers_table)}
         held = {(h["target_table"].split(".")[-1], h["file_name"]): h for h in read(held_table)}
         if n == 1:  # o1 and l1 hold rows of waiting transactions: no marker yet
@@ -365,7 +295,7 @@ def target(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
     spark, tmp_path: Path, target: str
 ) -> None:
-    root = shop_project(make_project(tmp_path / "repo", without=("customers_changes_history",)))
+    root = make_project(tmp_path / "repo", without=("customers_changes_history",), shop=True)
     link_package(root)
     project = Project.load(root, target=target)
     schema = project.target["schema"]
@@ -392,7 +322,11 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
         assert res.success
 
     run_scenario(
-        landing, ingest_files, build, lambda t: read_table(target, spark, project, schema, t)
+        landing,
+        ingest_files,
+        build,
+        lambda t: read_table(target, spark, project, schema, t),
+        lambda: [g.as_json() for g in group_status(project, spark)],
     )
     db.dispose()
 
@@ -404,8 +338,7 @@ def test_a_group_on_bigquery_through_the_commands(
     """The same runs on the BigQuery emulator, as a user types them (processes)."""
     from test_bigquery import read
 
-    cli = cli_project("bigquery", ("customers_changes_history",))
-    shop_project(cli.root)
+    cli = cli_project("bigquery", ("customers_changes_history",), shop=True)
     landing = tmp_path / "landing"
 
     def ingest_files() -> None:
@@ -424,4 +357,12 @@ def test_a_group_on_bigquery_through_the_commands(
             "+order_lines",
         )
 
-    run_scenario(landing, ingest_files, build, lambda t: read(cli, t))
+    def groups() -> list[dict]:
+        out = cli("runner", "status", "--groups", "--json", "--target", "bigquery")
+        return json.loads(out.stdout)
+
+    run_scenario(landing, ingest_files, build, lambda t: read(cli, t), groups)
+    # The readable form, as a user reads it.
+    text = cli("runner", "status", "--target", "bigquery").stdout
+    assert "group shop_transactions (order_lines, orders): watermark_ms 4000010" in text
+    assert "quarantined T5: never ended in time; none of it applied" in text

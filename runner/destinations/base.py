@@ -147,6 +147,13 @@ class Destination:
         """Row counts of ``schema.table`` relations, for the run summary."""
         raise NotImplementedError  # pragma: no cover
 
+    def select_rows(
+        self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
+    ) -> list[dict[str, Any]] | None:
+        """``columns`` of every row of a table dbt built (a transaction ledger), or None when
+        the table does not exist yet. Names are validated identifiers, quoted here."""
+        raise NotImplementedError  # pragma: no cover
+
     # --- the Audit DB ---------------------------------------------------------------------
     def default_audit(self) -> tuple[str, str | None]:
         """Where this target's Audit DB lives when nothing else says: a SQLite file under the

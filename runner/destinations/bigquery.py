@@ -162,6 +162,15 @@ class BigQueryDestination(Destination):
         name = bq_name(self.gcp_project, self.state_schema, table)
         return [(r[0], r[1]) for r in self._rows(f"select file_hash, target_table from {name}")]
 
+    def select_rows(
+        self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
+    ) -> list[dict[str, Any]] | None:
+        if not self._exists(schema, table):
+            return None
+        cols = ", ".join(bq_name(c) for c in columns)
+        rows = self._rows(f"select {cols} from {bq_name(self.gcp_project, schema, table)}")
+        return [dict(zip(columns, r, strict=True)) for r in rows]
+
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in tables:

@@ -15,10 +15,15 @@ runs here on local Spark + Iceberg (tests/test_render.py); it has never run on D
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.destinations.base import Destination, StagingWriter
-from runner.destinations.spark import SparkTableWriter, spark_markers, spark_table_rows
+from runner.destinations.spark import (
+    SparkTableWriter,
+    spark_markers,
+    spark_select_rows,
+    spark_table_rows,
+)
 from runner.project import validate_identifier
 
 if TYPE_CHECKING:
@@ -61,6 +66,12 @@ class DatabricksDestination(Destination):
 
     def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
         return spark_markers(spark or self.spark_session(), self._namespace())
+
+    def select_rows(
+        self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
+    ) -> list[dict[str, Any]] | None:
+        namespace = [self.catalog, schema] if self.catalog else [schema]
+        return spark_select_rows(spark or self.spark_session(), namespace, table, columns)
 
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         prefix = f"{self.catalog}." if self.catalog else ""

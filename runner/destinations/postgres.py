@@ -59,6 +59,10 @@ def pg_type(spark_type: str) -> str:
     raise ConfigError(f"data_type {spark_type!r} has no PostgreSQL equivalent here")
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def q(*parts: str) -> str:
     return ".".join('"' + p.replace('"', '""') + '"' for p in parts)
 
@@ -107,6 +111,14 @@ class PostgresDestination(Destination):
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         counts = {t: self._fetch(f"select count(*) from {q(*t.split('.'))}") for t in tables}
         return {t: int(rows[0][0]) for t, rows in counts.items()}
+
+    def select_rows(
+        self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
+    ) -> list[dict[str, Any]] | None:
+        if self._fetch(f"select to_regclass({_literal(q(schema, table))}) is null")[0][0]:
+            return None
+        rows = self._fetch(f"select {', '.join(q(c) for c in columns)} from {q(schema, table)}")
+        return [dict(zip(columns, r, strict=True)) for r in rows]
 
     def default_audit(self) -> tuple[str, str | None]:
         """The profile's own server, in schema ``cdc_audit``."""

@@ -11,7 +11,7 @@ and data files per write (measured: minutes, and a Hadoop chmod per folder).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns, state_table
 from runner.destinations.base import (
@@ -69,6 +69,22 @@ class SparkDestination(Destination):
 
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         return spark_table_rows(self._session(spark), tables)
+
+    def select_rows(
+        self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
+    ) -> list[dict[str, Any]] | None:
+        return spark_select_rows(self._session(spark), [schema], table, columns)
+
+
+def spark_select_rows(
+    spark: SparkSession, namespace: list[str], table: str, columns: list[str]
+) -> list[dict[str, Any]] | None:
+    if not spark.catalog.tableExists(".".join([*namespace, table])):
+        return None
+    cols = ", ".join(quote(c) for c in columns)
+    return [
+        r.asDict() for r in spark.sql(f"select {cols} from {quote(*namespace, table)}").collect()
+    ]
 
 
 def spark_markers(spark: SparkSession, namespace: list[str]) -> list[tuple[str, str]]:
