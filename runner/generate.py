@@ -508,7 +508,8 @@ def generate_group(
                 out[c.name] = parent_key
             else:
                 raw = _value(rng, c.data_type, key)
-                out[c.name] = raw if raw != "" else None
+                integer = c.data_type in ("bigint", "int", "integer", "smallint", "tinyint")
+                out[c.name] = None if raw == "" else int(raw) if integer else raw
         return out
 
     def envelope(entity: Any, op: str, row: dict[str, Any], tx: str, ts: int, order: dict) -> dict:

@@ -268,6 +268,8 @@ def run_scenario(
     assert not held  # nothing held once T5 is quarantined
     final = {f for t, f in markers if t in ("orders", "order_lines")}
     assert final == {"o1.json", "o4.json", "l1.json", "l2.json", "l4.json"}
+    # The ledger's post-hook marks the metadata Files it read (`runner reconcile` commits them).
+    assert {f for t, f in markers if t == "shop_transactions"} == {"m1.json", "m3.json", "m4.json"}
     # Each File's marker adds up its parts: every row of a released transaction counted once.
     released = RELEASED[-1]
     for m in read(markers_table):

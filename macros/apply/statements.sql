@@ -689,6 +689,7 @@
       'delete from ' ~ cdc.state_relation('applied_files') ~ where,
       'delete from ' ~ cdc.state_relation('tombstones') ~ where,
       'delete from ' ~ cdc.state_relation('history_deletes') ~ where,
+      'delete from ' ~ cdc.state_relation('held_files') ~ where,
   ]) }}
 {% endmacro %}
 

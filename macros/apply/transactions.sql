@@ -286,3 +286,40 @@ from cdc_status
   {%- endset -%}
   {{ return(sql) }}
 {% endmacro %}
+
+{#- The ledger model's post-hook: an Applied File Marker (for the ledger table) for each staged
+    File of the transaction metadata entity without one, so that `runner reconcile` commits the
+    metadata Files the ledger has read (rows_inserted: the File's staged rows).
+      post_hook: ["{{ cdc.ledger_markers('shop_transactions') }}"] -#}
+{% macro ledger_markers(entity) %}
+  {%- if not execute -%}{{ return('') }}{%- endif -%}
+  {%- do cdc.create_state_tables() -%}
+  {%- set q = adapter.quote -%}
+  {%- set this_table = cdc.sql_string(cdc.target_name()) -%}
+  {%- set columns = cdc._state_values('applied_files', {
+      'target_table': this_table,
+      'file_hash': 'cdc_files.' ~ q('file_hash'),
+      'file_name': 'cdc_files.' ~ q('file_name'),
+      'process_id': 'cdc_files.' ~ q('process_id'),
+      'invocation_id': cdc.sql_string(invocation_id),
+      'applied_at': cdc.now_utc(),
+      'rows_inserted': 'cdc_files.' ~ q('staged_rows'),
+      'rows_updated': '0',
+      'rows_deleted': '0',
+      'rows_skipped': '0',
+  }) -%}
+  {%- set sql -%}
+    insert into {{ cdc.state_relation('applied_files') }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+    select
+      {%- for c in columns %}
+      {{ c.value }}{{ ',' if not loop.last }}
+      {%- endfor %}
+    from {{ cdc.state_relation('staged_files') }} as cdc_files
+    where cdc_files.{{ q('entity') }} = {{ cdc.sql_string(entity) }}
+      and cdc_files.{{ q('file_hash') }} not in (
+        select cdc_markers.{{ q('file_hash') }} from {{ cdc.state_relation('applied_files') }} as cdc_markers
+        where cdc_markers.{{ q('target_table') }} = {{ this_table }}
+      )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
