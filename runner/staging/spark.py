@@ -663,9 +663,9 @@ def _stage_group(
             rows = rows.withColumn(H1, F.xxhash64(*values)).withColumn(H2, F.hash(*values))
             group += [H1, H2]
         # A window, not a join: a truncate's key is NULL, and NULLs partition together.
-        first = F.min(lineage["row_number"]).over(Window.partitionBy(*group))
+        earliest = F.min(lineage["row_number"]).over(Window.partitionBy(*group))
         rows = (
-            rows.withColumn("__keep", first)
+            rows.withColumn("__keep", earliest)
             .where(F.col(lineage["row_number"]) == F.col("__keep"))
             .drop("__keep")
         )
