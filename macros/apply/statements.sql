@@ -282,15 +282,8 @@
     {%- if ctx.ledger is not none %}
     {#- A group member's rows of transactions neither released nor quarantined: the File
         keeps no marker while it has some, so that the next build applies them. #}
-    left join (
-      select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
-      from {{ ctx.staged }} as cdc_st
-      where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
-        select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
-        where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
-      )
-      group by cdc_st.{{ ctx.lin.file_hash }}
-    ) as cdc_held on cdc_held.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+    left join {{ cdc.held_rows_sql(ctx, 'count(*)') }} as cdc_held
+      on cdc_held.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- endif %}
     where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
       and cdc_files.{{ q('file_hash') }} not in (

@@ -256,15 +256,8 @@ from cdc_status
         {%- endfor %}
       from {{ ctx.batch_files }} as cdc_files
       {{ ctx.marker_joins }}
-      left join (
-        select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, count(distinct cdc_st.{{ ctx.tx_column }}) as n
-        from {{ ctx.staged }} as cdc_st
-        where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
-          select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
-          where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
-        )
-        group by cdc_st.{{ ctx.lin.file_hash }}
-      ) as cdc_tx on cdc_tx.cdc_file_hash = cdc_files.{{ q('file_hash') }}
+      left join {{ cdc.held_rows_sql(ctx, 'count(distinct cdc_st.' ~ ctx.tx_column ~ ')') }} as cdc_tx
+        on cdc_tx.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     ) as cdc_s
     on cdc_t.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_t.{{ q('file_hash') }} = cdc_s.cdc_file_hash
     when matched and cdc_s.cdc_rows_held = 0 then delete
@@ -320,6 +313,24 @@ from cdc_status
         select cdc_markers.{{ q('file_hash') }} from {{ cdc.state_relation('applied_files') }} as cdc_markers
         where cdc_markers.{{ q('target_table') }} = {{ this_table }}
       )
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- Per File of a member, `aggregate` (as n) over its staged rows whose transaction is neither
+    released nor quarantined (alias cdc_st): a parenthesised select to join on cdc_file_hash. -#}
+{% macro held_rows_sql(ctx, aggregate) %}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    (
+      select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, {{ aggregate }} as n
+      from {{ ctx.staged }} as cdc_st
+      where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
+        select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
+        where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
+      )
+      group by cdc_st.{{ ctx.lin.file_hash }}
+    )
   {%- endset -%}
   {{ return(sql) }}
 {% endmacro %}

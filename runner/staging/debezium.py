@@ -27,6 +27,7 @@ from runner.entities import INTEGER_TYPES, Entity
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 ENVELOPE = "__envelope_problem"
 TS_MS = "__ts_ms"
@@ -70,18 +71,8 @@ def read_debezium(
             T.StructField(corrupt, T.StringType()),
         ]
     )
-    raw = (
-        spark.read.schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", corrupt)
-        .option("encoding", "UTF-8")
-        .json(paths)
-    )
-    wrapped = F.col("payload").isNotNull() | F.col("schema").isNotNull()
-
-    def env(path: str) -> Column:
-        return F.when(wrapped, F.col("payload." + path)).otherwise(F.col(path))
-
+    raw = read_json_lines(spark, schema, paths, corrupt)
+    wrapped, env = unwrapped()
     op = env("op")
     row_image = F.when(op == F.lit("d"), env("before")).otherwise(env("after"))
     values = [
@@ -95,6 +86,33 @@ def read_debezium(
         F.col(corrupt),
         *([F.col("_metadata")] if metadata else []),
     )
+
+
+def read_json_lines(
+    spark: SparkSession, schema: StructType, paths: list[str], corrupt: str
+) -> DataFrame:
+    """JSON lines read with ``schema`` (every value as the schema says, nothing inferred); a
+    line that does not parse into it keeps its text in ``corrupt``."""
+    return (
+        spark.read.schema(schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", corrupt)
+        .option("encoding", "UTF-8")
+        .json(paths)
+    )
+
+
+def unwrapped() -> tuple[Column, Callable[[str], Column]]:
+    """(whether a line is wrapped in schema/payload, a field of the envelope by path: from
+    ``payload`` when wrapped, else from the line itself)."""
+    from pyspark.sql import functions as F
+
+    wrapped = F.col("payload").isNotNull() | F.col("schema").isNotNull()
+
+    def env(path: str) -> Column:
+        return F.when(wrapped, F.col("payload." + path)).otherwise(F.col(path))
+
+    return wrapped, env
 
 
 def _problem(entity: Entity, wrapped: Column, op: Column, env: object) -> Column:
@@ -208,18 +226,8 @@ def read_transactions(
             T.StructField(corrupt, T.StringType()),
         ]
     )
-    raw = identify(
-        spark.read.schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", corrupt)
-        .option("encoding", "UTF-8")
-        .json(paths)
-    )
-    wrapped = F.col("payload").isNotNull() | F.col("schema").isNotNull()
-
-    def env(name: str) -> Column:
-        return F.when(wrapped, F.col("payload." + name)).otherwise(F.col(name))
-
+    raw = identify(read_json_lines(spark, schema, paths, corrupt))
+    _, env = unwrapped()
     status = env("status")
     problem = F.coalesce(
         F.when(

@@ -39,6 +39,7 @@ from runner.staging.debezium import (
     column_field,
     negative_sequence,
     read_debezium,
+    read_json_lines,
     read_transactions,
     sequence_base,
 )
@@ -195,13 +196,7 @@ def _read(
     elif entity.format == "debezium":
         df = read_debezium(spark, entity, paths, CORRUPT, file_identity == "metadata")
     elif entity.format == "json":
-        df = (
-            spark.read.schema(schema)
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .option("encoding", "UTF-8")
-            .json(paths)
-        )
+        df = read_json_lines(spark, schema, paths, CORRUPT)
     else:
         df = (
             spark.read.schema(schema)
