@@ -10,10 +10,12 @@ The scenario (times are the events' ts_ms; the sample's quarantine_after_seconds
   T3 1040-1100  order 2 and its line                    END two runs late (run 3)
   T4 1050-1060  order 3 and its line                    complete in run 1, waits for T2, T3
   T5 1070-      order 4 and its line                    never ends (rolled back)
-  T6 4000000-   order 2 shipped, line 12 deleted        run 4: the clock passes T5's limit
+  T6 1000000-   order 2 shipped, line 12 deleted        BEGIN in run 4 (T3 and T5 overdue),
+                (events at 4000000)                     the rest in run 5: the clock passes
+                                                        T5's limit
 Released after each run, worked out by hand from those rules:
   run 1: T1 (T2 lacks a line)   run 2: + T2 (T3 open)   run 3: + T4 (T5 open before T3's END)
-  run 4: + T3, T6 (T5 quarantined)
+  run 4: nothing more (T5 open)  run 5: + T3, T6 (T5 quarantined)
 """
 
 from __future__ import annotations
@@ -178,14 +180,24 @@ RUNS: list[dict[str, list[dict]]] = [
     },
     {"order_lines/l2.json": of("T2", "order_lines")},
     {"transactions/m3.json": [end("T3")]},
+    # T6 begins at 1,000,000: T3 and T5 have been held 999 s of source time, past the
+    # sample's report_after_seconds (300), not its quarantine_after_seconds (3600).
+    {"transactions/m3b.json": [{**begin("T6"), "ts_ms": 1_000_000}]},
     {
         "order_lines/l4.json": of("T6", "order_lines"),
-        "transactions/m4.json": [begin("T6"), end("T6")],
+        "transactions/m4.json": [end("T6")],
         "orders/o4.json": of("T6", "orders"),
     },
 ]
-HELD = [["T2", "T3", "T4", "T5"], ["T3", "T4", "T5"], ["T3", "T5"], []]
-RELEASED = [{"T1"}, {"T1", "T2"}, {"T1", "T2", "T4"}, {"T1", "T2", "T3", "T4", "T6"}]
+HELD = [["T2", "T3", "T4", "T5"], ["T3", "T4", "T5"], ["T3", "T5"], ["T3", "T5", "T6"], []]
+OVERDUE = [[], [], [], ["T3", "T5"], []]
+RELEASED = [
+    {"T1"},
+    {"T1", "T2"},
+    {"T1", "T2", "T4"},
+    {"T1", "T2", "T4"},
+    {"T1", "T2", "T3", "T4", "T6"},
+]
 
 
 def expected(released: set[str], table: str) -> dict[int, tuple]:
@@ -243,7 +255,7 @@ def run_scenario(
         assert orders == expected(released, "orders"), n
         assert lines == expected(released, "order_lines"), n
         assert {o for o, *_ in lines.values()} <= set(orders), n  # no line without its order
-        if n == 4:
+        if n == len(RUNS):
             assert ledger["T5"] == "quarantined"
         # What `runner status --groups` shows: the watermark (the latest released END) and
         # the transactions held, oldest first, and quarantined.
@@ -251,7 +263,8 @@ def run_scenario(
         assert group["group"] == "shop_transactions"
         assert group["watermark_ms"] == max(TX[t][1] for t in released)
         assert [h["transaction_id"] for h in group["held"]] == HELD[n - 1], n
-        assert group["quarantined"] == (["T5"] if n == 4 else [])
+        assert [h["transaction_id"] for h in group["held"] if h["overdue"]] == OVERDUE[n - 1], n
+        assert group["quarantined"] == (["T5"] if n == len(RUNS) else [])
         markers = {(m["target_table"].split(".")[-1], m["file_name"]) for m in read(markers_table)}
         held = {(h["target_table"].split(".")[-1], h["file_name"]): h for h in read(held_table)}
         if n == 1:  # o1 and l1 hold rows of waiting transactions: no marker yet
@@ -269,7 +282,12 @@ def run_scenario(
     final = {f for t, f in markers if t in ("orders", "order_lines")}
     assert final == {"o1.json", "o4.json", "l1.json", "l2.json", "l4.json"}
     # The ledger's post-hook marks the metadata Files it read (`runner reconcile` commits them).
-    assert {f for t, f in markers if t == "shop_transactions"} == {"m1.json", "m3.json", "m4.json"}
+    assert {f for t, f in markers if t == "shop_transactions"} == {
+        "m1.json",
+        "m3.json",
+        "m3b.json",
+        "m4.json",
+    }
     # Each File's marker adds up its parts: every row of a released transaction counted once.
     released = RELEASED[-1]
     for m in read(markers_table):
