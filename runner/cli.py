@@ -231,7 +231,17 @@ def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> Non
         return
     _print_status_table(files)
     if entity is None:
-        _print_groups(group_status(project))
+        try:
+            found = group_status(project)
+        except Exception as exc:  # the Files above stand; the groups need the destination
+            if obj.debug:
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            click.echo(
+                f"transaction groups: not read ({first[:200]}); try `runner status --groups`"
+            )
+            return
+        _print_groups(found)
 
 
 def _print_groups(found: list[Any]) -> None:
