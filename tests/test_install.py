@@ -73,8 +73,8 @@ def test_pip_install_then_runner_works_from_any_directory(tmp_path: Path) -> Non
 
     assert "ingest" in _run(env_dir / "bin" / "runner", "--help", cwd=elsewhere, env=env)
 
-    project = make_project(tmp_path / "project")
-    shutil.copytree(REPO / "landing", project / "landing")
+    project = make_project(tmp_path / "project")  # without the shop group: its Files stay out
+    shutil.copytree(REPO / "landing", project / "landing", ignore=shutil.ignore_patterns("shop"))
     ingest = _process(
         env_dir / "bin" / "runner", "ingest", "--project-dir", project, cwd=elsewhere, env=env
     )

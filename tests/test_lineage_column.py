@@ -34,7 +34,7 @@ def _differing(a: Path, b: Path, rel: str = "") -> list[str]:
 
 
 def test_a_new_lineage_column_is_one_entry_in_the_contract(cli_project) -> None:  # noqa: ANN001
-    cli = cli_project("postgres")
+    cli = cli_project("postgres", shop=True)  # the whole sample, Debezium group included
     root = cli.root
     for name in ("runner", "audit"):
         shutil.copytree(
