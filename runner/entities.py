@@ -246,6 +246,7 @@ TRANSACTION_COLUMNS = (
     Column("collection_events", "bigint"),
 )
 TRANSACTION_KEYS = {
+    "ledger",
     "mode",
     "landing",
     "format",
@@ -288,20 +289,13 @@ def _parse_transactions(
         value = cdc.get(key)
         if value is not None and (not isinstance(value, int) or value <= 0):
             errors.append(f"{key} must be a positive number of seconds, got {value!r}")
-    landing_raw = cdc.get("landing")
-    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
-    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
-        errors.append("meta.cdc.landing (a path or glob under a landing root) is required")
-        globs = []
-    staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
-    staging_table = str(table.get("identifier", name))
-    for what, ident in (
-        ("name", name),
-        ("staging schema", staging_schema),
-        ("staging table", staging_table),
-    ):
-        if not IDENTIFIER.match(ident):
-            errors.append(f"{what} {ident!r} is not a plain identifier")
+    ledger = cdc.get("ledger")  # the ledger model's name, for runner status; default: name
+    if ledger is not None and not (isinstance(ledger, str) and IDENTIFIER.match(ledger)):
+        errors.append(f"ledger must be the ledger model's name, a plain identifier; got {ledger!r}")
+    landing = _parse_landing(cdc, errors)
+    if not IDENTIFIER.match(name):
+        errors.append(f"name must be a plain identifier, got {name!r}")
+    staging_schema, staging_table = _staging_names(source, table, name, project, errors)
     if errors:
         return None, errors
     fields = {c.name: c.name for c in TRANSACTION_COLUMNS}
@@ -310,7 +304,7 @@ def _parse_transactions(
         source=str(source.get("name")),
         declared_in=path,
         mode="cdc",  # staged like a change entity (lineage columns, markers-free)
-        landing=tuple(globs),
+        landing=landing,
         format="debezium",
         keys=("id", "status", "data_collection"),
         sequence="ts_ms",
@@ -343,17 +337,7 @@ def _parse(
         known |= {"debezium", "transactions"}
     for key in sorted(set(cdc) - known):
         errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
-    landing_raw = cdc.get("landing")
-    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
-    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
-        errors.append(
-            "meta.cdc.landing (a path or glob under a landing root, or a list of them) is required"
-        )
-        globs = []
-    for glob in globs:
-        if glob.startswith("/") or ".." in Path(glob).parts:
-            errors.append(f"landing {glob!r} must be relative to a landing root, without '..'")
-    landing = tuple(globs)
+    landing = _parse_landing(cdc, errors)
     fmt = str(cdc.get("format", "csv")).lower()
     if fmt not in FORMATS:
         errors.append(f"format {fmt!r} is not supported; accepted: {list(FORMATS)}")
@@ -410,11 +394,7 @@ def _parse(
         if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
             _check_debezium_order(extra["debezium_fields"], columns, sequence, op_column, errors)
     csv_opts = cdc.get("csv") or {}
-    staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
-    staging_table = str(table.get("identifier", name))
-    for what, ident in (("staging schema", staging_schema), ("staging table", staging_table)):
-        if not IDENTIFIER.match(ident):
-            errors.append(f"{what} {ident!r} is not a plain identifier")
+    staging_schema, staging_table = _staging_names(source, table, name, project, errors)
     if errors:
         return None, errors
     return (
@@ -440,6 +420,33 @@ def _parse(
         ),
         [],
     )
+
+
+def _parse_landing(cdc: dict[str, Any], errors: list[str]) -> tuple[str, ...]:
+    """meta.cdc.landing: one glob or a list, each relative to a landing root, without '..'."""
+    landing_raw = cdc.get("landing")
+    globs = [landing_raw] if isinstance(landing_raw, str) else landing_raw
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        errors.append(
+            "meta.cdc.landing (a path or glob under a landing root, or a list of them) is required"
+        )
+        return ()
+    for glob in globs:
+        if glob.startswith("/") or ".." in Path(glob).parts:
+            errors.append(f"landing {glob!r} must be relative to a landing root, without '..'")
+    return tuple(globs)
+
+
+def _staging_names(
+    source: dict[str, Any], table: dict[str, Any], name: str, project: Project, errors: list[str]
+) -> tuple[str, str]:
+    """The staged table's schema (the source's, rendered) and identifier, both identifiers."""
+    staging_schema = str(_render(source.get("schema", source.get("name", "")), project))
+    staging_table = str(table.get("identifier", name))
+    for what, ident in (("staging schema", staging_schema), ("staging table", staging_table)):
+        if not IDENTIFIER.match(ident):
+            errors.append(f"{what} {ident!r} is not a plain identifier")
+    return staging_schema, staging_table
 
 
 def _parse_changes(

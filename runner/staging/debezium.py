@@ -115,11 +115,10 @@ def unwrapped() -> tuple[Column, Callable[[str], Column]]:
     return wrapped, env
 
 
-def _problem(entity: Entity, wrapped: Column, op: Column, env: object) -> Column:
+def _problem(entity: Entity, wrapped: Column, op: Column, get: Callable[[str], Column]) -> Column:
     """Why an envelope does not match the declaration, naming the field; NULL when it does."""
     from pyspark.sql import functions as F
 
-    get = env  # (path) -> Column, from the payload when wrapped
     checks = []
     if entity.debezium_envelope == "payload":
         checks.append(
@@ -148,16 +147,16 @@ def _problem(entity: Entity, wrapped: Column, op: Column, env: object) -> Column
         ),
         F.when(op.isNull(), F.lit("field 'op': missing")),
         F.when(
-            op.isin(*UPSERT_OPS) & get("after").isNull(),  # type: ignore[operator]
+            op.isin(*UPSERT_OPS) & get("after").isNull(),
             F.concat(F.lit("field 'after': missing on an event with op \""), op, F.lit('"')),
         ),
         F.when(
-            (op == F.lit("d")) & get("before").isNull(),  # type: ignore[operator]
+            (op == F.lit("d")) & get("before").isNull(),
             F.lit("field 'before': missing on a delete (op \"d\")"),
         ),
-        F.when(get("ts_ms").isNull(), F.lit("field 'ts_ms': missing")),  # type: ignore[operator]
+        F.when(get("ts_ms").isNull(), F.lit("field 'ts_ms': missing")),
         F.when(
-            ~get("ts_ms").rlike("^[0-9]{1,15}$"),  # type: ignore[operator]
+            ~get("ts_ms").rlike("^[0-9]{1,15}$"),
             F.lit("field 'ts_ms': not a number of milliseconds"),
         ),
     ]
