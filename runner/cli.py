@@ -802,7 +802,7 @@ def init(obj: Context) -> None:
     """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check."""
     from pathlib import Path
 
-    from runner.spark_session import check_java, link_iceberg_jar
+    from runner.spark_session import check_java, link_iceberg_jar, link_jdbc_driver
 
     root = Path(obj.project_dir or ".").resolve()
     profiles = root / "profiles.yml"
@@ -828,6 +828,7 @@ def init(obj: Context) -> None:
                     f"{example.name}; copy them over to use them"
                 )
     click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
+    click.echo(f"PostgreSQL JDBC driver (Spark catalog): {link_jdbc_driver(root)}")
     click.echo(f"Java: {check_java()}")
 
 

@@ -68,6 +68,32 @@ def link_iceberg_jar(root: Path) -> Path:
     return link
 
 
+# The JDBC driver of the local target's catalog (Debian: libpostgresql-jdbc-java).
+JDBC_DRIVER_JAR = "postgresql.jar"
+JDBC_DRIVER_SOURCES = (Path("/usr/share/java/postgresql.jar"),)
+JDBC_DRIVER_HINT = (
+    "apt-get install -y libpostgresql-jdbc-java (Debian/Ubuntu), or copy PostgreSQL's JDBC "
+    "driver to jars/postgresql.jar"
+)
+
+
+def link_jdbc_driver(root: Path) -> Path:
+    """Make ``<root>/jars/postgresql.jar`` point at the system's PostgreSQL JDBC driver."""
+    link = root / LINKED_JAR_DIR / JDBC_DRIVER_JAR
+    if link.exists() and not link.is_symlink():
+        return link  # a copy the user put there
+    source = next((p for p in JDBC_DRIVER_SOURCES if p.exists()), None)
+    if source is None:
+        if link.exists():
+            return link
+        raise ConfigError(f"the PostgreSQL JDBC driver (for the Spark catalog) is missing: {JDBC_DRIVER_HINT}")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(source)
+    return link
+
+
 def spark_conf(project: Project) -> dict[str, str]:
     """The Spark settings for this project's target, as strings."""
     from runner.destinations import destination_for
@@ -82,11 +108,15 @@ def _ensure_runtime(conf: dict[str, str], project: Project) -> None:
     jars = [j for j in conf.get("spark.jars", "").split(",") if j]
     for jar in jars:
         path = Path(jar.removeprefix("file:"))
-        if path.name == ICEBERG_RUNTIME_JAR and not path.exists():
-            if path.parent.resolve() == (project.root / LINKED_JAR_DIR).resolve():
-                link_iceberg_jar(project.root)
-            else:
-                raise ConfigError(f"spark.jars names {path}, which does not exist")
+        if path.exists():
+            continue
+        linked = path.parent.resolve() == (project.root / LINKED_JAR_DIR).resolve()
+        if linked and path.name == ICEBERG_RUNTIME_JAR:
+            link_iceberg_jar(project.root)
+        elif linked and path.name == JDBC_DRIVER_JAR:
+            link_jdbc_driver(project.root)
+        else:
+            raise ConfigError(f"spark.jars names {path}, which does not exist")
 
 
 def check_java() -> str:
@@ -124,7 +154,10 @@ def build_session(
     """Build (or return the running) SparkSession with ``conf``."""
     from pyspark.sql import SparkSession
 
+    from runner.catalog import ensure_schema
+
     _ensure_runtime(conf, project)
+    ensure_schema(conf)
     conf = quiet(conf)
     builder = SparkSession.builder.appName(app_name)
     if hive_support:

@@ -36,6 +36,39 @@ CHANGES_HISTORY = ("customers_changes_history",)
 SHOP = ("models/staging/shop.yml", "models/shop")
 
 
+# The embedded default keeps its Spark catalog in a PostgreSQL schema (profiles.example.yml,
+# CDC_CATALOG_SCHEMA). Each project root a test makes gets its own (new_catalog_schema), so a
+# table of one project's warehouse is never found by another; this process's SparkSession (the
+# `spark` fixture) has the one set here. All are dropped when the session ends.
+CATALOG_SCHEMAS: list[str] = []
+
+
+def new_catalog_schema() -> str:
+    name = f"cdc_catalog_test_{uuid.uuid4().hex[:10]}"
+    CATALOG_SCHEMAS.append(name)
+    return name
+
+
+os.environ["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_catalog_schemas() -> Iterator[None]:
+    yield
+    try:
+        import psycopg2
+
+        conn = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
+    except Exception:  # noqa: BLE001 - no server: the tests that needed it said so
+        return
+    try:
+        with conn, conn.cursor() as cur:
+            for name in CATALOG_SCHEMAS:
+                cur.execute(f'drop schema if exists "{name}" cascade')
+    finally:
+        conn.close()
+
+
 def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
     `without`: sample models left out of the copy (their SQL file and their YAML entry);
@@ -197,6 +230,7 @@ class Cli:
         self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
         self.env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
         self.env.pop("CDC_HOME", None)
+        self.env["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
         self.env.update(env)
         if target == "postgres":
             self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"

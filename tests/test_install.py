@@ -18,7 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_project
+from conftest import new_catalog_schema, REPO, make_project
 
 pytestmark = pytest.mark.spark
 
@@ -60,6 +60,7 @@ def test_pip_install_then_runner_works_from_any_directory(tmp_path: Path) -> Non
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CDC_PROJECT_DIR")}
+    env["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
     where = _run(
         py,
