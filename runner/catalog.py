@@ -56,6 +56,27 @@ class JdbcCatalog:
         )
 
 
+# Iceberg 1.9's own tables of a JDBC catalog (schema version V1, which stores views). Created
+# here because Iceberg looks for them with JDBC metadata calls that search every schema of the
+# database: once one catalog schema exists, Iceberg would skip creating them in a new one.
+CATALOG_TABLES = (
+    """create table if not exists iceberg_tables (
+        catalog_name varchar(255) not null,
+        table_namespace varchar(255) not null,
+        table_name varchar(255) not null,
+        metadata_location varchar(1000),
+        previous_metadata_location varchar(1000),
+        iceberg_type varchar(5),
+        primary key (catalog_name, table_namespace, table_name))""",
+    """create table if not exists iceberg_namespace_properties (
+        catalog_name varchar(255) not null,
+        namespace varchar(255) not null,
+        property_key varchar(255) not null,
+        property_value varchar(1000),
+        primary key (catalog_name, namespace, property_key))""",
+)
+
+
 def jdbc_catalogs(conf: dict[str, str]) -> list[JdbcCatalog]:
     """The JDBC catalogs on PostgreSQL that ``conf`` (Spark settings) declares."""
     out = []
@@ -101,7 +122,8 @@ def _unreachable(catalog: JdbcCatalog, exc: Exception) -> ConfigError:
 
 
 def ensure_schema(conf: dict[str, str]) -> None:
-    """Create the schema of every JDBC catalog ``conf`` declares, if missing."""
+    """Create the schema of every JDBC catalog ``conf`` declares, and Iceberg's tables in it,
+    if missing."""
     for catalog in jdbc_catalogs(conf):
         try:
             conn = catalog.connect()
@@ -110,6 +132,9 @@ def ensure_schema(conf: dict[str, str]) -> None:
         try:
             with conn, conn.cursor() as cur:
                 cur.execute(f'create schema if not exists "{catalog.schema}"')
+                cur.execute(f'set local search_path to "{catalog.schema}"')
+                for ddl in CATALOG_TABLES:
+                    cur.execute(ddl)
         finally:
             conn.close()
 

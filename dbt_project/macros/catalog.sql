@@ -1,0 +1,11 @@
+{#- Spark destinations on Iceberg: list views too and describe them as views, so they are in
+    dbt's relation cache and in `dbt docs generate` with their columns (macros/common/
+    spark_views.sql). dbt-spark calls these two macros by name, and only the root project can
+    replace such a macro. -#}
+{% macro list_relations_show_tables_without_caching(schema_relation) %}
+  {{ return(cdc.show_tables_and_views(schema_relation)) }}
+{% endmacro %}
+
+{% macro describe_table_extended_without_caching(table_name) %}
+  {{ return(cdc.describe_with_view_type(table_name)) }}
+{% endmacro %}
