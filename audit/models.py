@@ -139,3 +139,20 @@ class FileEvent(Base):
     at: Mapped[datetime] = mapped_column(DateTime())
     process_id: Mapped[str | None] = mapped_column(String(36))
     detail: Mapped[str | None] = mapped_column(Text)
+
+
+class FileMarker(Base):
+    """The counts of a File's Applied File Marker in one target table, copied from the
+    destination when reconcile commits the File (``runner status``, the run summary)."""
+
+    __tablename__ = "file_markers"
+
+    file_id: Mapped[int] = mapped_column(BigId, ForeignKey("files.id"), primary_key=True)
+    target_table: Mapped[str] = mapped_column(String(512), primary_key=True)
+    rows_inserted: Mapped[int] = mapped_column(BigInteger)
+    rows_updated: Mapped[int] = mapped_column(BigInteger)
+    rows_deleted: Mapped[int] = mapped_column(BigInteger)
+    rows_skipped: Mapped[int] = mapped_column(BigInteger)
+    applied_at: Mapped[datetime | None] = mapped_column(DateTime())
+    invocation_id: Mapped[str | None] = mapped_column(String(64))
+    recorded_by: Mapped[str | None] = mapped_column(String(36))

@@ -31,11 +31,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
-from audit.models import AuditFile, FileEvent, FileState, Run
+from audit.models import AuditFile, FileEvent, FileMarker, FileState, Run
 
 files_t = cast(Table, AuditFile.__table__)
 events_t = cast(Table, FileEvent.__table__)
 runs_t = cast(Table, Run.__table__)
+markers_t = cast(Table, FileMarker.__table__)
+MARKER_COUNTS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -606,10 +608,16 @@ class AuditDB:
         )
 
     def mark_committed(
-        self, file_id: int, process_id: str, detail: str | None = None
+        self,
+        file_id: int,
+        process_id: str,
+        detail: str | None = None,
+        markers: Sequence[dict[str, Any]] = (),
     ) -> FileRecord:
-        """STAGED -> COMMITTED, once the destination holds the Applied File Marker."""
-        return self._transition(
+        """STAGED -> COMMITTED, once the destination holds the Applied File Marker; ``markers``
+        (one dict per target table: target_table, the row counts, applied_at, invocation_id)
+        are kept with the File, in the same transaction."""
+        record = self._transition(
             "mark_committed",
             file_id,
             [FileState.STAGED],
@@ -617,6 +625,91 @@ class AuditDB:
             process_id=process_id,
             detail=detail,
         )
+        if markers:
+            self.record_markers(file_id, process_id, markers)
+        return record
+
+    def record_markers(
+        self, file_id: int, process_id: str, markers: Sequence[dict[str, Any]]
+    ) -> None:
+        """Keep a File's marker counts (replacing what was kept for the same target tables)."""
+        rows = [
+            {
+                "file_id": file_id,
+                "target_table": str(m["target_table"]),
+                **{c: int(m.get(c) or 0) for c in MARKER_COUNTS},
+                "applied_at": m.get("applied_at"),
+                "invocation_id": m.get("invocation_id"),
+                "recorded_by": process_id,
+            }
+            for m in markers
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(
+                markers_t.delete().where(
+                    markers_t.c.file_id == file_id,
+                    markers_t.c.target_table.in_([r["target_table"] for r in rows]),
+                )
+            )
+            conn.execute(insert(markers_t), rows)
+
+    def file_markers(self) -> dict[int, list[dict[str, Any]]]:
+        """File id -> its kept marker counts, one dict per target table."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(markers_t).order_by(markers_t.c.file_id, markers_t.c.target_table)
+            ).mappings()
+            out: dict[int, list[dict[str, Any]]] = {}
+            for r in rows:
+                out.setdefault(r["file_id"], []).append(dict(r))
+            return out
+
+    def marker_totals(self, process_id: str) -> list[dict[str, Any]]:
+        """Per entity and target table, the marker counts reconcile kept in run ``process_id``
+        (summed), with the number of Files: entity, target_table, files, rows_*."""
+        from sqlalchemy import func
+
+        sums = [func.sum(markers_t.c[c]).label(c) for c in MARKER_COUNTS]
+        query = (
+            select(
+                files_t.c.entity,
+                markers_t.c.target_table,
+                func.count().label("files"),
+                *sums,
+            )
+            .join(files_t, files_t.c.id == markers_t.c.file_id)
+            .where(markers_t.c.recorded_by == process_id)
+            .group_by(files_t.c.entity, markers_t.c.target_table)
+            .order_by(files_t.c.entity, markers_t.c.target_table)
+        )
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings().all()]
+
+    def run_file_counts(
+        self, process_id: str | None = None
+    ) -> dict[str, dict[str, dict[str, int]]]:
+        """process_id -> entity -> state -> Files that run moved into that state (from the
+        File events; a File retried within one run counts once per state)."""
+        from sqlalchemy import distinct, func
+
+        query = (
+            select(
+                events_t.c.process_id,
+                files_t.c.entity,
+                events_t.c.to_state,
+                func.count(distinct(events_t.c.file_id)),
+            )
+            .join(files_t, files_t.c.id == events_t.c.file_id)
+            .where(events_t.c.process_id.is_not(None))
+            .group_by(events_t.c.process_id, files_t.c.entity, events_t.c.to_state)
+        )
+        if process_id is not None:
+            query = query.where(events_t.c.process_id == process_id)
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        with self.engine.connect() as conn:
+            for pid, entity, state, n in conn.execute(query).all():
+                out.setdefault(pid, {}).setdefault(entity, {})[state] = int(n)
+        return out
 
     def record_failure(self, file_id: int, owner: str, error: str) -> FileRecord:
         """PROCESSING -> PENDING to retry, or FAILED once attempts reach the maximum."""

@@ -116,8 +116,8 @@ def _unreachable(catalog: JdbcCatalog, exc: Exception) -> ConfigError:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ConfigError(
         f"the Spark catalog is kept on {catalog.where()}, which could not be reached ({first}); "
-        "start PostgreSQL (on Debian: pg_ctlcluster 15 main start) or point CDC_PG_HOST/CDC_PG_PORT "
-        "at one"
+        "start PostgreSQL (on Debian: pg_ctlcluster 15 main start) or point "
+        "CDC_PG_HOST/CDC_PG_PORT at one"
     )
 
 
@@ -178,7 +178,9 @@ def iceberg_tables(warehouse: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
-def migrate_derby(spark: SparkSession, warehouse: Path, catalog: str = "spark_catalog") -> list[str]:
+def migrate_derby(
+    spark: SparkSession, warehouse: Path, catalog: str = "spark_catalog"
+) -> list[str]:
     """Register every Iceberg table of a Derby-era warehouse folder in ``catalog`` (the JDBC
     catalog of ``spark``); tables it already has are left alone. Returns what was registered."""
     done = []

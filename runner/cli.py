@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -39,6 +40,7 @@ class Context:
     audit_url: str | None
     audit_schema: str | None
     debug: bool
+    verbose: bool = False
 
     def project(self) -> Any:
         from runner.project import Project
@@ -90,14 +92,22 @@ def _debug(ctx: click.Context) -> bool:
     return bool(ctx.params.get("debug")) or bool(getattr(ctx.obj, "debug", False))
 
 
-def _configure_logging(debug: bool) -> None:
+def _configure_logging(debug: bool, verbose: bool = False) -> None:
+    """Quiet by default: the runner's warnings and errors only (Spark's log is kept to errors
+    in runner/spark_session.py, dbt's to errors by `runner run`). ``-v`` adds the runner's
+    progress lines, Spark's WARN lines and dbt's own output; ``--debug`` everything."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
         force=True,
     )
-    log.setLevel(logging.DEBUG if debug else logging.INFO)
+    log.setLevel(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
+
+
+def verbose() -> bool:
+    """-v or --debug is on (the runner's logger says so)."""
+    return log.isEnabledFor(logging.INFO)
 
 
 # The options every command takes, before or after its name (`runner ingest --target prod`, as
@@ -119,6 +129,12 @@ GLOBAL_OPTIONS: list[tuple[tuple[str, ...], str, str, bool]] = [
         False,
     ),
     (("--audit-schema",), "audit_schema", "PostgreSQL schema of the Audit DB.", False),
+    (
+        ("--verbose", "-v"),
+        "verbose",
+        "Show progress lines, Spark's warnings and dbt's own output.",
+        True,
+    ),
     (("--debug",), "debug", "Show tracebacks and debug logs.", True),
 ]
 
@@ -134,8 +150,8 @@ def global_options(func: Any) -> Any:
             if obj is None:  # pragma: no cover - the group always sets it
                 return
             setattr(obj, field, value)
-            if field == "debug":
-                _configure_logging(True)
+            if field in ("debug", "verbose"):
+                _configure_logging(obj.debug, obj.verbose)
 
         return callback
 
@@ -177,6 +193,9 @@ def _one_line(exc: BaseException) -> str:
 @click.option(
     "--audit-schema", envvar="CDC_AUDIT_SCHEMA", help="PostgreSQL schema of the Audit DB."
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Show progress lines, Spark's warnings and dbt's output."
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.version_option(package_name="cdc-runner")
 @click.pass_context
@@ -187,6 +206,7 @@ def main(
     profiles_dir: str | None,
     audit_url: str | None,
     audit_schema: str | None,
+    verbose: bool,
     debug: bool,
 ) -> None:
     """Find CDC Files, record them in the Audit DB, stage them with Spark; dbt applies them.
@@ -194,8 +214,8 @@ def main(
     Global options go before or after the command, as with dbt:
     `runner ingest --landing landing --target postgres`.
     """
-    _configure_logging(debug)
-    ctx.obj = Context(project_dir, target, profiles_dir, audit_url, audit_schema, debug)
+    _configure_logging(debug, verbose)
+    ctx.obj = Context(project_dir, target, profiles_dir, audit_url, audit_schema, debug, verbose)
 
 
 @main.command()
@@ -224,12 +244,16 @@ def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> Non
     db = obj.audit_db(project)
     try:
         files = db.files(entity=entity)
+        markers = db.file_markers()
     finally:
         db.dispose()
+    now = datetime.now(UTC).replace(tzinfo=None)
     if as_json:
-        click.echo(json.dumps([f.as_json() for f in files], indent=None))
+        click.echo(
+            json.dumps([_file_json(f, markers.get(f.id, []), now) for f in files], default=str)
+        )
         return
-    _print_status_table(files)
+    _print_status_table(files, markers, now)
     if entity is None:
         try:
             found = group_status(project)
@@ -266,7 +290,40 @@ def _print_groups(found: list[Any]) -> None:
             click.echo(f"  quarantined {tx}: never ended in time; none of it applied")
 
 
-def _print_status_table(files: list[Any]) -> None:
+def _file_json(f: Any, markers: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """`runner status --json`: the File's fields, plus its age and its markers' counts."""
+    from audit.store import MARKER_COUNTS
+
+    out: dict[str, Any] = f.as_json()
+    out["age_seconds"] = round((now - f.created_at).total_seconds(), 1)
+    out["markers"] = [
+        {k: m[k] for k in ("target_table", *MARKER_COUNTS, "applied_at", "invocation_id")}
+        for m in markers
+    ]
+    return out
+
+
+def _age(seconds: float) -> str:
+    """3s, 5m, 2h, 4d: how long ago, in one unit."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _applied(markers: list[dict[str, Any]]) -> str:
+    """A File's marker counts: `customers +3 ~1 -0 =2` per target table (inserted, updated,
+    deleted, stale)."""
+    return "; ".join(
+        f"{m['target_table']} +{m['rows_inserted']} ~{m['rows_updated']} "
+        f"-{m['rows_deleted']} ={m['rows_skipped']}"
+        for m in markers
+    )
+
+
+def _print_status_table(
+    files: list[Any], markers: dict[int, list[dict[str, Any]]], now: datetime
+) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -274,26 +331,24 @@ def _print_status_table(files: list[Any]) -> None:
         click.echo("No Files registered yet. Land Files and run `runner ingest`.")
         return
     if not sys.stdout.isatty():  # piped: one tab-separated line per File, nothing wrapped
-        click.echo("id\tentity\tstate\tattempts\tcontent_hash\tprocess_id\tpath\tlast_error")
+        click.echo(
+            "id\tentity\tstate\tattempts\tcontent_hash\tprocess_id\tpath\tlast_error"
+            "\tage_seconds\tapplied"
+        )
         for f in files:
             error = (f.last_error or "").replace("\n", " ")
+            age = (now - f.created_at).total_seconds()
             click.echo(
                 f"{f.id}\t{f.entity}\t{f.state}\t{f.attempts}\t{f.content_hash}\t"
-                f"{f.staged_by or ''}\t{f.path}\t{error}"
+                f"{f.staged_by or ''}\t{f.path}\t{error}\t{age:.0f}\t"
+                f"{_applied(markers.get(f.id, []))}"
             )
         return
     console = Console()
-    table = Table(title=f"{len(files)} Files")
-    for col in (
-        "id",
-        "entity",
-        "path",
-        "state",
-        "attempts",
-        "content hash",
-        "process_id",
-        "last error",
-    ):
+    table = Table(
+        title=f"{len(files)} Files (applied: +inserted ~updated -deleted =stale per table)"
+    )
+    for col in ("id", "entity", "path", "state", "attempts", "age", "applied", "reason"):
         table.add_column(col, overflow="fold")
     for f in files:
         table.add_row(
@@ -302,11 +357,86 @@ def _print_status_table(files: list[Any]) -> None:
             f.path,
             f.state,
             str(f.attempts),
-            f.content_hash[:12],
-            f.staged_by or "",
+            _age((now - f.created_at).total_seconds()),
+            _applied(markers.get(f.id, [])),
             (f.last_error or "")[:120],
         )
     console.print(table)
+
+
+# The states `runner runs` names per run (its JSON has every state Files passed through).
+RUN_STATES = ("STAGED", "COMMITTED", "QUARANTINED", "FAILED", "DUPLICATE")
+
+
+@main.command()
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per run.")
+@click.option("--limit", default=20, show_default=True, help="The newest N runs (0: all).")
+@click.pass_obj
+def runs(obj: Context, as_json: bool, limit: int) -> None:
+    """List runs, newest first: command, target, outcome, duration, Files per state."""
+    project = obj.project()
+    db = obj.audit_db(project)
+    try:
+        found = db.runs()
+        moved = db.run_file_counts()
+    finally:
+        db.dispose()
+    if obj.target:
+        found = [r for r in found if r["target"] in (None, project.target_name)]
+    found.sort(key=lambda r: r["started_at"], reverse=True)
+    if limit:
+        found = found[:limit]
+    out = []
+    for r in found:
+        totals: dict[str, int] = {}
+        for states in moved.get(r["process_id"], {}).values():
+            for state, n in states.items():
+                totals[state] = totals.get(state, 0) + n
+        end = r["ended_at"]
+        out.append(
+            {
+                "process_id": r["process_id"],
+                "command": r["command"],
+                "target": r["target"],
+                "host": r["host"],
+                "pid": r["pid"],
+                "started_at": r["started_at"].isoformat(),
+                "ended_at": end.isoformat() if end else None,
+                "seconds": round((end - r["started_at"]).total_seconds(), 1) if end else None,
+                "outcome": r["outcome"],
+                "files": totals,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    if not out:
+        click.echo("No runs recorded yet.")
+        return
+    for r in out:
+        took = f"{r['seconds']:.1f}s" if r["seconds"] is not None else "-"
+        shown = sorted((s, n) for s, n in r["files"].items() if s in RUN_STATES)
+        files = ", ".join(f"{n} {s}" for s, n in shown) or "no Files"
+        click.echo(
+            f"{r['started_at'][:19]}  {r['command']:<9} {r['target'] or '-':<10} "
+            f"{r['outcome']:<8} {took:>8}  {files}  {r['process_id']}"
+        )
+
+
+def _echo_summary(entities: list[Any]) -> None:
+    """The run's per-entity table: rich on a terminal, aligned plain text otherwise."""
+    from runner.summary import render
+
+    if not entities:
+        click.echo("nothing staged, applied or quarantined in this run")
+        return
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(render(entities, rich=True))
+    else:
+        click.echo(render(entities, rich=False))
 
 
 def ingest_options(func: Any) -> Any:
@@ -343,7 +473,7 @@ def ingest_options(func: Any) -> Any:
 
 def _report_ingest(process_id: str, result: Any) -> int:
     for note in result.notes:
-        log.info(note)
+        log.warning(note)
     click.echo(
         f"process {process_id}: {result.registered} new Files ({result.duplicates} duplicates), "
         f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
@@ -389,9 +519,9 @@ def recorded_run(obj: Context, command: str) -> Iterator[RecordedRun]:
         with Heartbeat(db, run.process_id):
             recovery = db.recover(run.process_id)
             for pid in recovery.aborted_runs:
-                log.info("run %s had stopped without ending; closed as aborted", pid)
+                log.warning("run %s had stopped without ending; closed as aborted", pid)
             for rec in recovery.reclaimed:
-                log.info("%s: %s; back to %s", rec.path, rec.last_error, rec.state)
+                log.warning("%s: %s; back to %s", rec.path, rec.last_error, rec.state)
             yield run
     finally:
         db.end_run(run.process_id, run.outcome)
@@ -491,9 +621,10 @@ def run(
 
     from runner.phases import Phases
     from runner.progress import Progress, for_terminal
-    from runner.reconcile import applied_markers, table_rows
+    from runner.reconcile import table_rows
     from runner.run import run as run_all
     from runner.spark_session import get_spark
+    from runner.summary import summarize
 
     bars = Progress() if as_json else for_terminal()
     with recorded_run(obj, "run") as rec, closing(bars) as progress:
@@ -501,13 +632,15 @@ def run(
         phases = Phases()
         with phases.time("spark_start"):
             spark = get_spark(rec.project)
+        # dbt's own lines only with -v (its errors always reach stderr); with --json they
+        # would break the JSON on stdout.
+        quiet = as_json or not verbose()
         result = run_all(
             rec.project,
             rec.db,
             rec.process_id,
             spark=spark,
-            # JSON on stdout: dbt's own lines would break it (its errors still reach stderr)
-            dbt_args=[*dbt_args, "--quiet"] if as_json else list(dbt_args),
+            dbt_args=[*dbt_args, "--quiet"] if quiet else list(dbt_args),
             progress=progress,
             **_ingest_args(landing, entities, settle, min_age, effective_date),
         )
@@ -515,8 +648,8 @@ def run(
         for name, seconds in result.ingest.phases.seconds.items():
             phases.add(name, seconds)
         with phases.time("summary"):
-            markers = applied_markers(rec.project, spark)
-            targets = sorted({t for ts in markers.values() for t in ts})
+            entities_done = summarize(rec.db, rec.process_id)
+            targets = sorted({t.target_table for e in entities_done for t in e.targets})
             rows = table_rows(rec.project, targets, spark)
             counts = rec.db.counts()
         rec.outcome = "ok" if result.ok else "failed"
@@ -539,25 +672,28 @@ def run(
                         "dbt_error": result.dbt_error,
                         "committed": result.reconcile.committed,
                         "waiting": result.reconcile.waiting,
+                        "entities": [e.as_json() for e in entities_done],
                         "tables": rows,
                         "audit": counts,
                         "phases": phases.as_json(),
                         "seconds": round(time.perf_counter() - started, 3),
-                    }
+                    },
+                    default=str,
                 )
             )
         else:
             _report_ingest(rec.process_id, result.ingest)
             if not result.dbt_ok:
                 click.echo(f"error: {result.dbt_error}", err=True)
+            _echo_summary(entities_done)
             click.echo(
-                f"process {rec.process_id}: {result.reconcile.committed} Files committed, "
-                f"{result.reconcile.waiting} staged and not applied"
+                f"{result.reconcile.committed} Files committed, {result.reconcile.waiting} "
+                "staged and not applied; Audit DB: "
+                + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
             )
-            for table, n in rows.items():
-                click.echo(f"{table}: {n} rows")
-            click.echo("Audit DB: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-            click.echo("time: " + phases.line())
+            if rows:
+                click.echo("rows now: " + ", ".join(f"{t} {n}" for t, n in rows.items()))
+            click.echo(f"time: {time.perf_counter() - started:.1f}s (" + phases.line() + ")")
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
 

@@ -2,14 +2,15 @@
 
 The marker is written by the apply in the destination, after the target changed (ADR-0009);
 this is the second phase of ADR-0004's two-phase commit. A File counts as applied once any
-target table holds a marker for its content hash.
+target table holds a marker for its content hash. The markers' row counts are kept with the
+File in the Audit DB (``runner status``, the run summary).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from audit import AuditDB
 from runner.destinations import destination_for
@@ -28,11 +29,13 @@ class ReconcileResult:
     targets: dict[str, list[str]] = field(default_factory=dict)  # file name -> target tables
 
 
-def applied_markers(project: Project, spark: SparkSession | None = None) -> dict[str, list[str]]:
-    """Content hash -> target tables holding its marker, read from the destination."""
-    out: dict[str, list[str]] = {}
-    for file_hash, target_table in destination_for(project).applied_markers(spark):
-        out.setdefault(file_hash, []).append(target_table)
+def applied_markers(
+    project: Project, spark: SparkSession | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Content hash -> its markers (one per target table), read from the destination."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for marker in destination_for(project).markers(spark):
+        out.setdefault(marker["file_hash"], []).append(marker)
     return out
 
 
@@ -45,11 +48,14 @@ def reconcile(
         return result
     markers = applied_markers(project, spark)
     for rec in staged:
-        targets = markers.get(rec.content_hash)
-        if not targets:
+        found = markers.get(rec.content_hash)
+        if not found:
             result.waiting += 1
             continue
-        db.mark_committed(rec.id, process_id, detail=f"marker in {', '.join(sorted(targets))}")
+        targets = sorted({m["target_table"] for m in found})
+        db.mark_committed(
+            rec.id, process_id, detail=f"marker in {', '.join(targets)}", markers=found
+        )
         result.committed += 1
         result.targets[rec.path] = sorted(targets)
     return result

@@ -86,7 +86,9 @@ def link_jdbc_driver(root: Path) -> Path:
     if source is None:
         if link.exists():
             return link
-        raise ConfigError(f"the PostgreSQL JDBC driver (for the Spark catalog) is missing: {JDBC_DRIVER_HINT}")
+        raise ConfigError(
+            f"the PostgreSQL JDBC driver (for the Spark catalog) is missing: {JDBC_DRIVER_HINT}"
+        )
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink():
         link.unlink()
@@ -173,7 +175,8 @@ LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
 
 
 def _debug() -> bool:
-    return logging.getLogger("runner").isEnabledFor(logging.DEBUG)
+    """-v or --debug: Spark's WARN lines and its own log settings come back."""
+    return logging.getLogger("runner").isEnabledFor(logging.INFO)
 
 
 def quiet(conf: dict[str, str]) -> dict[str, str]:

@@ -37,9 +37,11 @@ def test_runner_session_realises_the_profile_settings(spark, spark_project: Path
     assert spark.conf.get("spark.sql.catalogImplementation") == "in-memory"
     spark.sql("create namespace if not exists platform_check")
     spark.sql("create or replace table platform_check.t (id int) using iceberg")
-    location = spark.sql("describe table extended platform_check.t").where(
-        "col_name = 'Location'"
-    ).collect()[0]["data_type"]
+    location = (
+        spark.sql("describe table extended platform_check.t")
+        .where("col_name = 'Location'")
+        .collect()[0]["data_type"]
+    )
     warehouse = spark_project / ".cdc" / "local" / "warehouse"
     assert Path(location.removeprefix("file:")).is_relative_to(warehouse), location
     spark.sql("drop table platform_check.t purge")

@@ -645,11 +645,10 @@
   {%- endif -%}
   {%- do values.update(counts) -%}
   {%- set columns = cdc._state_values('applied_files', values) -%}
-  {%- set sql -%}
-    insert into {{ ctx.markers }} ({% for c in columns %}{{ q(c.name) }}{{ ', ' if not loop.last }}{% endfor %})
+  {%- set select_sql -%}
     select
       {%- for c in columns %}
-      {{ c.value }}{{ ',' if not loop.last }}
+      {{ c.value }} as {{ q(c.name) }}{{ ',' if not loop.last }}
       {%- endfor %}
     from {{ ctx.batch_files }} as cdc_files
     {{ joins }}
@@ -657,6 +656,37 @@
       select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
       where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
     )
+  {%- endset -%}
+  {{ return(cdc.write_markers_sql(ctx, columns | map(attribute='name') | list, select_sql)) }}
+{% endmacro %}
+
+{#- The statement that adds the markers `select_sql` yields (one row per File, `names` its
+    columns). An INSERT where the apply is one transaction; on Spark destinations a MERGE on
+    (this table, content hash) with a never-true matched clause, so that Iceberg plans it as a
+    copy-on-write rewrite and validates it (serializable): of two applies of one table racing
+    to add the same markers, the later commit fails instead of adding a second marker. The
+    literal table name in ON keeps other tables' markers out of that check. -#}
+{% macro write_markers_sql(ctx, names, select_sql) %}
+  {{ return(adapter.dispatch('write_markers_sql', 'cdc')(ctx, names, select_sql)) }}
+{% endmacro %}
+{% macro default__write_markers_sql(ctx, names, select_sql) %}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    insert into {{ ctx.markers }} ({% for n in names %}{{ q(n) }}{{ ', ' if not loop.last }}{% endfor %})
+    {{ select_sql }}
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
+{% macro spark__write_markers_sql(ctx, names, select_sql) %}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    merge into {{ ctx.markers }} as cdc_marker
+    using ({{ select_sql }}) as cdc_new
+    on cdc_marker.{{ q('target_table') }} = {{ ctx.this_table }}
+      and cdc_marker.{{ q('file_hash') }} = cdc_new.{{ q('file_hash') }}
+    when matched and 1 = 0 then update set cdc_marker.{{ q('file_hash') }} = cdc_new.{{ q('file_hash') }}
+    when not matched then insert ({% for n in names %}{{ q(n) }}{{ ', ' if not loop.last }}{% endfor %})
+      values ({% for n in names %}cdc_new.{{ q(n) }}{{ ', ' if not loop.last }}{% endfor %})
   {%- endset -%}
   {{ return(sql) }}
 {% endmacro %}

@@ -155,13 +155,6 @@ class BigQueryDestination(Destination):
             return False
         return True
 
-    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        table = state_table("applied_files").identifier
-        if not self._exists(self.state_schema, table):
-            return []
-        name = bq_name(self.gcp_project, self.state_schema, table)
-        return [(r[0], r[1]) for r in self._rows(f"select file_hash, target_table from {name}")]
-
     def select_rows(
         self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None
     ) -> list[dict[str, Any]] | None:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.destinations.base import Destination, StagingWriter
 from runner.destinations.spark import (
     SparkTableWriter,
-    spark_markers,
     spark_select_rows,
     spark_table_rows,
 )
@@ -60,12 +59,6 @@ class DatabricksDestination(Destination):
         return SparkTableWriter(
             self.table_format, catalog=self.catalog, state_schema=self.state_schema
         )
-
-    def _namespace(self) -> list[str]:
-        return [self.catalog, self.state_schema] if self.catalog else [self.state_schema]
-
-    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        return spark_markers(spark or self.spark_session(), self._namespace())
 
     def select_rows(
         self, schema: str, table: str, columns: list[str], spark: SparkSession | None = None

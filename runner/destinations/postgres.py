@@ -100,14 +100,6 @@ class PostgresDestination(Destination):
         finally:
             conn.close()
 
-    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        table = state_table("applied_files").identifier
-        schema = self.state_schema
-        rows = self._fetch(
-            f"select file_hash, target_table from {q(schema, table)}", (schema, table)
-        )
-        return [(r[0], r[1]) for r in rows]
-
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         counts = {t: self._fetch(f"select count(*) from {q(*t.split('.'))}") for t in tables}
         return {t: int(rows[0][0]) for t, rows in counts.items()}

@@ -64,9 +64,6 @@ class SparkDestination(Destination):
     def _session(self, spark: SparkSession | None) -> SparkSession:
         return spark if spark is not None else self.spark_session()
 
-    def applied_markers(self, spark: SparkSession | None = None) -> list[tuple[str, str]]:
-        return spark_markers(self._session(spark), [self.state_schema])
-
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         return spark_table_rows(self._session(spark), tables)
 
@@ -85,16 +82,6 @@ def spark_select_rows(
     return [
         r.asDict() for r in spark.sql(f"select {cols} from {quote(*namespace, table)}").collect()
     ]
-
-
-def spark_markers(spark: SparkSession, namespace: list[str]) -> list[tuple[str, str]]:
-    """The Applied File Markers in ``namespace`` (schema, or catalog and schema)."""
-    table = state_table("applied_files").identifier
-    name = ".".join([*namespace, table])
-    if not spark.catalog.tableExists(name):
-        return []
-    rows = spark.sql(f"select file_hash, target_table from {quote(*namespace, table)}").collect()
-    return [(r[0], r[1]) for r in rows]
 
 
 def spark_table_rows(spark: SparkSession, tables: list[str]) -> dict[str, int]:
