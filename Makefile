@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup demo test test-fast lint format bench bench-quick bq-up bq-down clean help
+.PHONY: setup jdbc-driver demo test test-fast lint format bench bench-quick bq-up bq-down clean help
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -24,15 +24,32 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
-setup: $(VENV)/.installed
-	$(BIN)/runner init
-	$(BIN)/python tools/bq_emulator.py install
-	cd dbt_project && ../$(BIN)/dbt deps --quiet
+# The embedded default's Spark catalog lives in PostgreSQL: Spark needs its JDBC driver, from
+# Debian's libpostgresql-jdbc-java (installed here when missing and we may), or a
+# postgresql.jar you put in jars/ yourself.
+JDBC_JAR := /usr/share/java/postgresql.jar
+
+jdbc-driver:
+	@if [ -e $(JDBC_JAR) ] || [ -e jars/postgresql.jar ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's libpostgresql-jdbc-java (the Spark catalog's JDBC driver)"; \
+	  apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libpostgresql-jdbc-java >/dev/null; }; \
+	else \
+	  echo "PostgreSQL's JDBC driver is missing: sudo apt-get install -y libpostgresql-jdbc-java, or copy postgresql.jar into jars/"; \
+	  exit 1; \
+	fi
+
+setup: $(VENV)/.installed jdbc-driver
+	@$(BIN)/runner init
+	@$(BIN)/python tools/bq_emulator.py install
+	@cd dbt_project && ../$(BIN)/dbt deps --quiet
 	@echo "setup done: next, 'make demo' or 'make test'"
 
+# One screen: the run's summary per entity, then the transaction group's state.
 demo: setup
-	$(BIN)/runner run --landing landing
-	$(BIN)/runner status
+	@$(BIN)/runner run --landing landing
+	@$(BIN)/runner status --groups
 
 test: setup
 	$(BIN)/pytest
@@ -60,4 +77,5 @@ format:
 	$(BIN)/ruff check --fix runner audit tests
 
 clean:
+	-$(BIN)/runner drop-catalog --yes
 	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes

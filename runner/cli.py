@@ -931,6 +931,55 @@ def audit_upgrade(obj: Context) -> None:
         db.dispose()
 
 
+@main.command("drop-catalog")
+@global_options
+@click.option("--yes", is_flag=True, help="Really drop it (otherwise: say what would go).")
+@click.pass_obj
+def drop_catalog(obj: Context, yes: bool) -> None:
+    """Drop the target's Spark catalog schema in PostgreSQL (`make clean`, with the warehouse
+    folder): every table and view it lists is forgotten."""
+    from runner.catalog import drop_schema, jdbc_catalogs
+    from runner.spark_session import spark_conf
+
+    conf = spark_conf(obj.project())
+    found = jdbc_catalogs(conf)
+    if not found:
+        click.echo("this target has no JDBC catalog on PostgreSQL; nothing to drop")
+        return
+    if not yes:
+        for c in found:
+            click.echo(f"would drop the catalog on {c.where()}")
+        raise UsageError("add --yes to drop it")
+    for where in drop_schema(conf):
+        click.echo(f"dropped the catalog on {where}")
+
+
+@main.command("migrate-catalog")
+@global_options
+@click.option(
+    "--warehouse",
+    type=click.Path(file_okay=False, exists=True),
+    help="The Derby-era warehouse folder (default: <state_dir>/<target>/warehouse).",
+)
+@click.pass_obj
+def migrate_catalog(obj: Context, warehouse: str | None) -> None:
+    """Register the Iceberg tables of a warehouse made under the former Derby metastore in the
+    target's JDBC catalog (views come back with the next `dbt build`)."""
+    from pathlib import Path
+
+    from runner.catalog import migrate_derby
+    from runner.spark_session import get_spark
+
+    project = obj.project()
+    folder = Path(warehouse) if warehouse else project.state_dir / project.target_name / "warehouse"
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such warehouse folder")
+    done = migrate_derby(get_spark(project), folder)
+    for name in done:
+        click.echo(f"registered {name}")
+    click.echo(f"{len(done)} tables registered from {folder}")
+
+
 @main.command()
 @global_options
 @click.pass_obj

@@ -42,7 +42,11 @@ def on_call(n: int, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def is_marker_insert(sql: str) -> bool:
-    return "cdc_applied_files" in sql and "insert into" in sql.lower()
+    """The statement that writes markers: an INSERT, or on Spark destinations a MERGE, into
+    cdc_applied_files (statements that only read it do not count)."""
+    import re
+
+    return bool(re.search(r"(insert|merge)\s+into\s+[`\"\w.\-]*cdc_applied_files", sql, re.I))
 
 
 def arm(phase: str) -> None:

@@ -130,7 +130,7 @@ def test_postgres_target_keeps_its_audit_db_on_the_same_server(
     root = make_project(tmp_path / "repo")
     up = run("--target", "postgres", "--audit-schema", pg_schema, "audit", "upgrade", cwd=root)
     assert up.returncode == 0, up.stderr
-    assert f"schema {pg_schema}" in up.stdout and "revision 0002" in up.stdout
+    assert f"schema {pg_schema}" in up.stdout and "revision 0003" in up.stdout
     db = AuditDB(pg_url, schema=pg_schema)
     assert db.current_revision() == "0002"
     db.dispose()

@@ -1,6 +1,11 @@
 """`runner run --json`: one JSON object with the counts and the time of each phase, its numbers
 checked against the landing Files and the destination; the runner's process id reaches dbt
-without a changing `--vars` value, so the next run's dbt keeps its partial parse."""
+without a changing `--vars` value, so the next run's dbt keeps its partial parse.
+
+The per-entity summary (Files staged and applied, rows inserted, updated, deleted and stale per
+target table) is checked against the Applied File Markers read from PostgreSQL with plain SQL,
+and against a fold of the landing Files; so are `runner status --json`'s per-File counts and
+`runner runs --json`, and the plain-text table `runner run` prints."""
 
 from __future__ import annotations
 
@@ -62,6 +67,25 @@ def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_projec
     finally:
         engine.dispose()
 
+    # The summary per entity equals the markers, summed per target table, read with plain SQL.
+    markers = marker_rows(request.getfixturevalue("pg_url"), cli.schema)
+    assert first["entities"] == expected_summary(markers, staged=len(list(landing.iterdir())))
+    # ... and the rows an independent fold of the landing Files gives: every key's first
+    # insert is an insert in cdc.customers, its later changes updates, deletes deletes.
+    current = next(
+        t for t in first["entities"][0]["targets"] if t["target_table"].endswith(".customers")
+    )
+    assert current["rows_inserted"] - current["rows_deleted"] == counts[f"{cli.schema}.customers"]
+
+    status = json.loads(cli.runner("status", "--json", "--target", "postgres").stdout)
+    by_hash = {}
+    for m in markers:
+        by_hash.setdefault(m["file_hash"], []).append({k: m[k] for k in ("target_table", *COUNTS)})
+    for f in status:
+        assert f["state"] == "COMMITTED" and f["age_seconds"] >= 0
+        got = [{k: m[k] for k in ("target_table", *COUNTS)} for m in f["markers"]]
+        assert sorted(got, key=str) == sorted(by_hash[f["content_hash"]], key=str), f
+
     log = cli.root / "dbt_project" / "logs" / "dbt.log"
     log.write_text("")
     held.rename(landing / late.name)
@@ -70,3 +94,83 @@ def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_projec
     text = log.read_text()
     assert "Running with dbt" in text  # the log is where this dbt wrote it
     assert "Unable to do partial parsing" not in text
+
+    # Only the late File's markers count in the second summary.
+    late_markers = [
+        m
+        for m in marker_rows(request.getfixturevalue("pg_url"), cli.schema)
+        if m["file_name"] == late.name
+    ]
+    assert second["entities"] == expected_summary(late_markers, staged=1)
+
+    runs = json.loads(cli.runner("runs", "--json", "--target", "postgres").stdout)
+    mine = [r for r in runs if r["process_id"] in (first["process_id"], second["process_id"])]
+    assert [(r["command"], r["outcome"], r["target"]) for r in mine] == [
+        ("run", "ok", "postgres")
+    ] * 2
+    assert mine[0]["process_id"] == second["process_id"]  # newest first
+    assert mine[0]["files"]["COMMITTED"] == 1 and mine[0]["files"]["STAGED"] == 1
+    assert mine[1]["files"]["COMMITTED"] == first["ingest"]["staged"]
+    assert all(r["seconds"] > 0 for r in mine)
+
+
+def test_run_prints_the_summary_table_as_plain_text(cli_project, request) -> None:  # noqa: ANN001
+    """Without --json (and piped): one line per entity and target table, numbers as in the
+    markers; dbt's own lines stay out unless -v."""
+    cli = cli_project("postgres")
+    shutil.copytree(REPO / "landing" / "customers", cli.root / "landing" / "customers")
+    out = cli.runner("run", "--landing", "landing").stdout
+    assert "Running with dbt" not in out and "START" not in out, out
+    markers = marker_rows(request.getfixturevalue("pg_url"), cli.schema)
+    n_files = len(list((cli.root / "landing" / "customers").iterdir()))
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["entity", "staged"])
+    rows = [line.split() for line in lines[header + 1 :] if line.strip()][:2]
+    want = expected_summary(markers, staged=n_files)[0]
+    first, second = rows
+    assert first[:5] == ["customers", str(n_files), "0", "0", str(n_files)], out
+    for row, target in zip([first[5:], second], want["targets"], strict=True):
+        assert row == [target["target_table"], *(str(target[c]) for c in COUNTS)], out
+    verbose = cli.runner("run", "--landing", "landing", "-v").stdout
+    assert "Running with dbt" in verbose
+
+
+COUNTS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
+
+
+def marker_rows(pg_url: str, schema: str) -> list[dict]:
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            rows = (
+                conn.execute(sa.text(f'select * from "{schema}".cdc_applied_files'))
+                .mappings()
+                .all()
+            )
+            return [dict(r) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def expected_summary(markers: list[dict], staged: int) -> list[dict]:
+    """What the run summary must say for a run that staged and applied `staged` customers
+    Files whose markers are `markers`."""
+    targets: dict[str, dict] = {}
+    for m in markers:
+        t = targets.setdefault(
+            m["target_table"],
+            {"target_table": m["target_table"], "files": 0, **dict.fromkeys(COUNTS, 0)},
+        )
+        t["files"] += 1
+        for c in COUNTS:
+            t[c] += m[c]
+    return [
+        {
+            "entity": "customers",
+            "staged": staged,
+            "quarantined": 0,
+            "failed": 0,
+            "applied": staged,
+            "targets": [targets[k] for k in sorted(targets)],
+        }
+    ]

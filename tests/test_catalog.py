@@ -1,0 +1,109 @@
+"""The embedded default's catalog (Iceberg JDBC on PostgreSQL) opened by several processes at
+once, `dbt docs generate` showing the staging views, and moving a Derby-era warehouse over
+(issue "Operate and scale").
+
+Two `runner run` processes, one per entity, start together, and `dbt docs generate` runs while
+they work: all three succeed; each table equals an independent expectation (customers: the
+latest change per key from the landing Files; accounts, a snapshot entity: the last daily
+extract); dbt's catalog lists the staging views with their columns and types.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from conftest import CHANGES_HISTORY, REPO
+from test_contract import oracle, shown_customers
+
+from runner.generate import generate_customers
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+
+
+def last_extract(folder: Path) -> dict[int, tuple]:
+    """accounts as its newest daily extract has it (snapshot_kind full: the table is the
+    extract)."""
+    newest = sorted(folder.iterdir())[-1]
+    with open(newest, encoding="utf-8", newline="") as handle:
+        return {
+            int(r["account_id"]): (r["owner"], r["plan"], Decimal(r["monthly_fee"]))
+            for r in csv.DictReader(handle)
+        }
+
+
+def test_two_runners_on_different_entities_and_docs_generate_during_a_run(cli_project) -> None:  # noqa: ANN001
+    cli = cli_project("local", without=CHANGES_HISTORY)
+    landing = cli.root / "landing"
+    files = generate_customers(landing / "customers", initial=400, files=4, changes_per_file=150)
+    shutil.copytree(REPO / "landing" / "accounts", landing / "accounts")
+
+    def runner_run(entity: str):  # noqa: ANN202
+        return cli.start(
+            "runner",
+            "run",
+            "--landing",
+            "landing",
+            "--entity",
+            entity,
+            "--",
+            "--select",
+            f"+{entity}",
+        )
+
+    runs = [runner_run("customers"), runner_run("accounts")]
+    time.sleep(20)  # both are staging or applying by now (each takes a minute here)
+    assert all(r.poll() is None for r in runs), "a run ended before docs generate started"
+    docs = cli.start("dbt", "docs", "generate", "--project-dir", "dbt_project")
+    outs = [p.communicate(timeout=900) for p in [*runs, docs]]
+    for p, (out, err) in zip([*runs, docs], outs, strict=True):
+        assert p.returncode == 0, f"{p.args}: exit {p.returncode}\n{out}\n{err}"
+
+    assert shown_customers(cli.table("{{ ref('customers') }}")) == oracle(files)
+    accounts = {
+        r["account_id"]: (r["owner"], r["plan"], Decimal(str(r["monthly_fee"])))
+        for r in cli.table("{{ ref('accounts') }}")
+    }
+    assert accounts == last_extract(landing / "accounts")
+    status = json.loads(cli.runner("status", "--json").stdout)
+    assert {f["state"] for f in status} == {"COMMITTED"}, status
+
+    # dbt's catalog, from the run above: the staging views, as views, with typed columns.
+    catalog = json.loads((cli.root / "dbt_project" / "target" / "catalog.json").read_text())
+    nodes = {k.split(".")[-1]: v for k, v in catalog["nodes"].items()}
+    for view in ("stg_customers", "stg_accounts"):
+        assert nodes[view]["metadata"]["type"] == "view", nodes.get(view)
+    columns = {c["name"]: c["type"] for c in nodes["stg_customers"]["columns"].values()}
+    assert columns["customer_id"] == "bigint" and columns["_cdc_file_hash"] == "string", columns
+    assert columns["balance"].startswith("decimal"), columns
+
+
+def test_a_derby_era_warehouse_is_registered_in_the_jdbc_catalog(spark, tmp_path: Path) -> None:
+    """`runner migrate-catalog`'s work: Iceberg tables laid out as the Hive (Derby) catalog laid
+    them out (<warehouse>/<namespace>.db/<table>) are registered with their newest metadata,
+    rows and history intact; a second pass registers nothing."""
+    from runner.catalog import migrate_derby
+
+    warehouse = tmp_path / "warehouse"
+    location = warehouse / "derby_era.db" / "items"
+    spark.sql("create namespace if not exists derby_era")
+    spark.sql(
+        f"create table derby_era.items (id int, v string) using iceberg location '{location}'"
+    )
+    spark.sql("insert into derby_era.items values (1, 'a'), (2, 'b')")
+    spark.sql("insert into derby_era.items values (3, 'c')")  # a newer metadata file
+    spark.sql("drop table derby_era.items")  # forget it in the catalog, keep its files
+    assert not spark.catalog.tableExists("derby_era.items")
+
+    assert migrate_derby(spark, warehouse) == ["derby_era.items"]
+    rows = {(r["id"], r["v"]) for r in spark.sql("select * from derby_era.items").collect()}
+    assert rows == {(1, "a"), (2, "b"), (3, "c")}
+    assert spark.sql("select * from derby_era.items.snapshots").count() == 2
+    assert migrate_derby(spark, warehouse) == []
+    spark.sql("drop table derby_era.items purge")
+    spark.sql("drop namespace derby_era")
