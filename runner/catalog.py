@@ -131,6 +131,9 @@ def ensure_schema(conf: dict[str, str]) -> None:
             raise _unreachable(catalog, exc) from exc
         try:
             with conn, conn.cursor() as cur:
+                # Two processes starting at once would race CREATE ... IF NOT EXISTS (a unique
+                # violation in PostgreSQL's catalog): one at a time, per catalog schema.
+                cur.execute("select pg_advisory_xact_lock(hashtext(%s))", (catalog.schema,))
                 cur.execute(f'create schema if not exists "{catalog.schema}"')
                 cur.execute(f'set local search_path to "{catalog.schema}"')
                 for ddl in CATALOG_TABLES:

@@ -32,7 +32,7 @@ def last_extract(folder: Path) -> dict[int, tuple]:
     newest = sorted(folder.iterdir())[-1]
     with open(newest, encoding="utf-8", newline="") as handle:
         return {
-            int(r["account_id"]): (r["owner"], r["plan"], Decimal(r["monthly_fee"]))
+            int(r["account_id"]): (r["owner"] or None, r["plan"] or None, Decimal(r["monthly_fee"]))
             for r in csv.DictReader(handle)
         }
 
@@ -58,11 +58,12 @@ def test_two_runners_on_different_entities_and_docs_generate_during_a_run(cli_pr
 
     runs = [runner_run("customers"), runner_run("accounts")]
     time.sleep(20)  # both are staging or applying by now (each takes a minute here)
-    assert all(r.poll() is None for r in runs), "a run ended before docs generate started"
+    early = [r for r in runs if r.poll() is not None]
     docs = cli.start("dbt", "docs", "generate", "--project-dir", "dbt_project")
     outs = [p.communicate(timeout=900) for p in [*runs, docs]]
     for p, (out, err) in zip([*runs, docs], outs, strict=True):
         assert p.returncode == 0, f"{p.args}: exit {p.returncode}\n{out}\n{err}"
+    assert not early, "a run ended before docs generate started: no overlap was tested"
 
     assert shown_customers(cli.table("{{ ref('customers') }}")) == oracle(files)
     accounts = {

@@ -132,7 +132,7 @@ def test_postgres_target_keeps_its_audit_db_on_the_same_server(
     assert up.returncode == 0, up.stderr
     assert f"schema {pg_schema}" in up.stdout and "revision 0003" in up.stdout
     db = AuditDB(pg_url, schema=pg_schema)
-    assert db.current_revision() == "0002"
+    assert db.current_revision() == "0003"
     db.dispose()
     out = run("--target", "postgres", "--audit-schema", pg_schema, "status", "--json", cwd=root)
     assert out.returncode == 0 and json.loads(out.stdout) == []

@@ -112,7 +112,7 @@ def test_runner_and_dbt_build_on_a_standalone_cluster(cli_project, spark_cluster
     landing = cli.root / "landing" / "customers"
     files = generate_customers(landing, initial=600, files=5, changes_per_file=200)
 
-    out = cli.runner("run", "--landing", "landing", "--json", "--entity", "customers")
+    out = cli.runner("run", "--landing", "landing", "--json")
     result = json.loads(out.stdout)
     assert result["ok"] and result["ingest"]["staged"] == len(files), result
     assert result["entities"][0]["applied"] == len(files), result

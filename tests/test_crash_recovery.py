@@ -65,7 +65,7 @@ def _killed(cli, phase: str, *args: str) -> None:  # noqa: ANN001
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL, f"{phase}: not killed ({proc.returncode})\n{err}"
     deadline = time.monotonic() + 60
-    while True:  # the JVM notices its parent is gone and exits; it holds the Derby lock
+    while True:  # the JVM notices its parent is gone and exits (it may hold table files)
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:

@@ -70,12 +70,27 @@ def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_projec
     # The summary per entity equals the markers, summed per target table, read with plain SQL.
     markers = marker_rows(request.getfixturevalue("pg_url"), cli.schema)
     assert first["entities"] == expected_summary(markers, staged=len(list(landing.iterdir())))
-    # ... and the rows an independent fold of the landing Files gives: every key's first
-    # insert is an insert in cdc.customers, its later changes updates, deletes deletes.
+    # ... and what a fold of this run's landing Files gives for cdc.customers, which started
+    # empty: each key's last change is applied (the earlier ones are stale), so the keys whose
+    # last change is not a delete are inserts, the others deletes (a tombstone, even for a
+    # key whose insert is in a File still to come), and nothing is an update.
+    last: dict[str, str] = {}
+    for path in sorted(landing.iterdir()):
+        with open(path, newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                key = row["customer_id"]
+                if key not in last or row["AR_H_CHANGE_SEQ"] > last[key][0]:
+                    last[key] = (row["AR_H_CHANGE_SEQ"], row["Op"])
     current = next(
         t for t in first["entities"][0]["targets"] if t["target_table"].endswith(".customers")
     )
-    assert current["rows_inserted"] - current["rows_deleted"] == counts[f"{cli.schema}.customers"]
+    deletes = sum(1 for _, op in last.values() if op == "D")
+    assert (current["rows_inserted"], current["rows_updated"], current["rows_deleted"]) == (
+        len(last) - deletes,
+        0,
+        deletes,
+    )
+    assert current["rows_inserted"] == counts[f"{cli.schema}.customers"]
 
     status = json.loads(cli.runner("status", "--json", "--target", "postgres").stdout)
     by_hash = {}
