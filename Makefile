@@ -20,9 +20,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# pip's own chatter (setuptools' editable-install warning) goes to .venv/pip.log unless it fails.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
-	touch $@
+	@echo "installing the project and its extras into $(VENV) (pip log: $(VENV)/pip.log)"
+	@$(BIN)/pip install --quiet -e '.[$(EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@touch $@
 
 # The embedded default's Spark catalog lives in PostgreSQL: Spark needs its JDBC driver, from
 # Debian's libpostgresql-jdbc-java (installed here when missing and we may), or a

@@ -1007,6 +1007,16 @@ def init(obj: Context) -> None:
                 return set((data.get("cdc") or {}).get("outputs") or {})
 
             missing = sorted(targets(example) - targets(profiles))
+            local = ((yaml.safe_load(profiles.read_text()) or {}).get("cdc") or {}).get(
+                "outputs", {}
+            ).get("local") or {}
+            params = local.get("server_side_parameters") or {}
+            if str(params.get("spark.sql.catalog.spark_catalog.type", "")).lower() == "hive":
+                click.echo(
+                    f"note: {profiles.name}'s local target keeps the Derby metastore (one process "
+                    f"at a time); copy the local target of {example.name} over it and run "
+                    "`runner migrate-catalog` (README: The embedded default)"
+                )
             if missing:
                 click.echo(
                     f"note: {profiles.name} lacks the target(s) {', '.join(missing)} of "
