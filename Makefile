@@ -53,13 +53,8 @@ demo: setup
 	@$(BIN)/runner run --landing landing
 	@$(BIN)/runner status --groups
 
-# Three pytest workers, a whole test file each at a time (module fixtures such as the Spark
-# cluster start once), the longest files first (tests/conftest.py). The suite mostly waits on
-# JVM starts, dbt and servers: one worker used a third of this 2-core machine's CPU.
-PYTEST_WORKERS ?= 3
-
 test: setup
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest
 
 # The local BigQuery emulator the bigquery target points at by default (own venv: .venv-bq).
 bq-up: setup

@@ -69,29 +69,6 @@ def _drop_catalog_schemas() -> Iterator[None]:
         conn.close()
 
 
-# The longest test files, started first when `make test` runs pytest-xdist workers (whole files
-# per worker: --dist loadfile), so that no worker is left with one of them at the end.
-SLOW_FILES = (
-    "test_bigquery.py",
-    "test_transactions.py",
-    "test_snapshot.py",
-    "test_crash_recovery.py",
-    "test_apply.py",
-    "test_contract.py",
-    "test_history.py",
-    "test_catalog.py",
-    "test_cluster.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return SLOW_FILES.index(name) if name in SLOW_FILES else len(SLOW_FILES)
-
-    items.sort(key=rank)  # stable: the order within a file and among the rest is kept
-
-
 def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
     `without`: sample models left out of the copy (their SQL file and their YAML entry);

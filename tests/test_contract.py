@@ -85,8 +85,8 @@ def test_the_documented_commands_produce_the_expected_table(
     )
     t = ("--target", target)
     # 1: a File was quarantined
-    out = cli("runner", "ingest", "--landing", str(landing), *t, ok=(1,))
-    # Not a terminal: progress comes as plain key=value log lines.
+    out = cli("runner", "ingest", "--landing", str(landing), *t, "-v", ok=(1,))
+    # Not a terminal, with -v: progress comes as plain key=value log lines.
     n = len(files) + 2
     assert f"progress phase=hash entity=customers files={n}/{n} bytes=" in out.stderr
     assert "progress phase=stage entity=customers files=" in out.stderr
