@@ -616,7 +616,8 @@ class AuditDB:
     ) -> FileRecord:
         """STAGED -> COMMITTED, once the destination holds the Applied File Marker; ``markers``
         (one dict per target table: target_table, the row counts, applied_at, invocation_id)
-        are kept with the File, in the same transaction."""
+        are then kept with the File (for display only: a crash in between leaves a COMMITTED
+        File without its counts, which `runner status` shows blank)."""
         record = self._transition(
             "mark_committed",
             file_id,
