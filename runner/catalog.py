@@ -38,7 +38,6 @@ class JdbcCatalog:
     schema: str
     user: str
     password: str
-    warehouse: str
 
     def where(self) -> str:
         return f"PostgreSQL {self.host}:{self.port}/{self.database}, schema {self.schema}"
@@ -106,7 +105,6 @@ def jdbc_catalogs(conf: dict[str, str]) -> list[JdbcCatalog]:
                 schema=schema,
                 user=conf.get(prefix + "jdbc.user", ""),
                 password=conf.get(prefix + "jdbc.password", ""),
-                warehouse=conf.get(prefix + "warehouse", ""),
             )
         )
     return out
