@@ -10,6 +10,7 @@ help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
 	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
+	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks as side-by-side ratios, README table rewritten (about 2.5 h; not part of make test)"
@@ -55,6 +56,12 @@ demo: setup
 
 test: setup
 	$(BIN)/pytest
+
+# The fast tier (tests/conftest.py marks it): no Java, no PostgreSQL, no emulator. Both are made
+# unreachable here, so a test that needs one and is not marked fails instead of passing.
+test-fast: $(VENV)/.installed
+	CDC_TEST_TIER=fast JAVA_HOME=/nonexistent CDC_PG_PORT=1 \
+	  CDC_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:1/test $(BIN)/pytest -m fast
 
 # The local BigQuery emulator the bigquery target points at by default (own venv: .venv-bq).
 bq-up: setup

@@ -1,116 +1,151 @@
-"""Shared fixtures: a real SparkSession, a real PostgreSQL server, fresh Audit DBs.
+"""Fixtures: a real SparkSession, a real PostgreSQL server, fresh Audit DBs, project roots with
+the documented commands; the test tiers and the suite's time budget.
 
 A missing server is a failure that says how to start it, never a skip.
+
+Tiers: a test that uses the `spark`, PostgreSQL or BigQuery fixtures is marked `spark`,
+`postgres` or `bigquery` here, whatever its module says; `make test-fast` runs the others
+(`-m fast`) with neither Java nor PostgreSQL reachable, so a test that needs one and is not
+marked fails there instead of hiding.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import uuid
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
-
-REPO = Path(__file__).resolve().parents[1]
-PG_URL = os.environ.get("CDC_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
-PG_START_HINT = (
-    "PostgreSQL is needed on 127.0.0.1:5432 (database 'test', user 'postgres', trust auth). "
-    "Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start "
-    "(or install Debian's 'postgresql' package), or point CDC_TEST_PG_URL at another server."
+from helpers.project import (
+    CATALOG_SCHEMAS,
+    PG_START_HINT,
+    PG_URL,
+    REPO,
+    Cli,
+    drop_pg_schemas,
+    link_package,
+    make_project,
+    new_catalog_schema,
+    new_schema,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-# The sample's change-history model: built and checked by test_apply, test_bigquery,
-# test_contract and test_state_schema; the tests of other features leave it out of their copy
-# (on Spark it adds about ten seconds to every build that applies customers Files).
-CHANGES_HISTORY = ("customers_changes_history",)
+    from audit import AuditDB
 
-
-# The sample's transaction group (Debezium orders and order lines): its declarations and
-# models. Only the tests of that feature keep it (make_project(shop=True)); on Spark it adds
-# six models to every build.
-SHOP = ("models/staging/shop.yml", "models/shop")
-
-
-# The embedded default keeps its Spark catalog in a PostgreSQL schema (profiles.example.yml,
-# CDC_CATALOG_SCHEMA). Each project root a test makes gets its own (new_catalog_schema), so a
-# table of one project's warehouse is never found by another; this process's SparkSession (the
-# `spark` fixture) has the one set here. All are dropped when the session ends.
-CATALOG_SCHEMAS: list[str] = []
-
-
-def new_catalog_schema() -> str:
-    name = f"cdc_catalog_test_{uuid.uuid4().hex[:10]}"
-    CATALOG_SCHEMAS.append(name)
-    return name
-
-
+# This process's SparkSession (the `spark` fixture) keeps its Spark catalog in this schema.
 os.environ["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
+
+# -- tiers ------------------------------------------------------------------------------------
+
+# A fixture that needs a JVM or a server, and the marker it puts on every test using it.
+NEEDS = {
+    "spark": "spark",
+    "pg_url": "postgres",
+    "pg_schema": "postgres",
+    "bq_emulator": "bigquery",
+}
+SLOW_MARKERS = ("spark", "postgres", "bigquery")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("budget_suite_seconds", "the whole suite's time budget (a warning)", default="")
+    parser.addini("budget_test_seconds", "one test's time budget (a warning)", default="")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in exactly one tier: `fast` (no JVM, no server) or the markers of what it
+    needs (from the fixtures it uses, and its own marks, such as a `postgres` parameter)."""
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in NEEDS:
+                item.add_marker(NEEDS[fixture])
+        if item.get_closest_marker("spark"):  # the embedded default's catalog is in PostgreSQL
+            item.add_marker("postgres")
+        if not any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker("fast")
+
+
+def _fast_tier() -> bool:
+    return os.environ.get("CDC_TEST_TIER") == "fast"
+
+
+def _refuse_in_fast_tier(request: pytest.FixtureRequest, what: str) -> None:
+    """`make test-fast` has no Java and no server: a test reaching one is mis-marked."""
+    if _fast_tier():
+        test = getattr(request, "_pyfuncitem", request.node)
+        pytest.fail(
+            f"{test.nodeid} needs {what} but is in the fast tier: mark it "
+            f"({', '.join(SLOW_MARKERS)}) or use the fixture that needs it",
+            pytrace=False,
+        )
+
+
+# -- the time budget --------------------------------------------------------------------------
+
+_DURATIONS: dict[str, float] = {}
+_STARTED = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The suite's total and its ten slowest tests against the budget (pyproject.toml):
+    warnings, never failures; speed itself is the benchmarks' business."""
+    suite = float(config.getini("budget_suite_seconds") or 0)
+    one = float(config.getini("budget_test_seconds") or 0)
+    if not _DURATIONS:
+        return
+    total = time.monotonic() - _STARTED
+    tr = terminalreporter
+    tr.section("time budget")
+    over = suite and total > suite
+    tr.write_line(
+        f"suite: {total:.0f} s for {len(_DURATIONS)} tests"
+        + (f" (budget {suite:.0f} s{': OVER' if over else ''})" if suite else ""),
+        yellow=bool(over),
+    )
+    for nodeid, seconds in sorted(_DURATIONS.items(), key=lambda kv: -kv[1])[:10]:
+        late = one and seconds > one
+        tr.write_line(
+            f"{seconds:8.1f} s  {nodeid}" + (f"  (over {one:.0f} s)" if late else ""),
+            yellow=bool(late),
+        )
+    if over:
+        tr.write_line(
+            f"warning: the suite took {total:.0f} s, over its {suite:.0f} s budget", yellow=True
+        )
+    slow = [n for n, s in _DURATIONS.items() if one and s > one]
+    if slow:
+        tr.write_line(
+            f"warning: {len(slow)} test(s) over the one-test budget of {one:.0f} s", yellow=True
+        )
+
+
+# -- servers ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _drop_catalog_schemas() -> Iterator[None]:
     yield
-    try:
-        import psycopg2
-
-        conn = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
-    except Exception:  # noqa: BLE001 - no server: the tests that needed it said so
+    if _fast_tier():
         return
     try:
-        with conn, conn.cursor() as cur:
-            for name in CATALOG_SCHEMAS:
-                cur.execute(f'drop schema if exists "{name}" cascade')
-    finally:
-        conn.close()
-
-
-def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
-    """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
-    `without`: sample models left out of the copy (their SQL file and their YAML entry);
-    `shop`: keep the sample's transaction group (SHOP)."""
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
-    shutil.copy(REPO / "runner.yml", root / "runner.yml")
-    shutil.copytree(
-        REPO / "dbt_project",
-        root / "dbt_project",
-        dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
-    )
-    shutil.copytree(REPO / "macros", root / "macros", dirs_exist_ok=True)
-    if not shop:
-        for part in SHOP:
-            path = root / "dbt_project" / part
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    models = root / "dbt_project" / "models"
-    for name in without:
-        (models / f"{name}.sql").unlink()
-        for conf in models.glob("*.yml"):
-            doc = yaml.safe_load(conf.read_text())
-            kept = [m for m in doc.get("models") or [] if m["name"] != name]
-            if len(kept) != len(doc.get("models") or []):
-                doc["models"] = kept
-                conf.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    return root
-
-
-def link_package(root: Path) -> None:
-    """What `dbt deps` does for packages.yml's `local: ../macros` (a symlink), without its
-    three seconds per project; test_lineage_column and test_install run dbt deps itself."""
-    packages = root / "dbt_project" / "dbt_packages"
-    packages.mkdir(exist_ok=True)
-    (packages / "cdc").symlink_to(root / "macros", target_is_directory=True)
+        drop_pg_schemas(*CATALOG_SCHEMAS)
+    except Exception:  # noqa: BLE001 - no server: the tests that needed it said so
+        return
 
 
 @pytest.fixture(scope="session")
-def pg_url() -> str:
+def pg_url(request: pytest.FixtureRequest) -> str:
     import sqlalchemy as sa
 
+    _refuse_in_fast_tier(request, "PostgreSQL")
     try:
         engine = sa.create_engine(PG_URL)
         with engine.connect() as conn:
@@ -124,17 +159,12 @@ def pg_url() -> str:
 @pytest.fixture
 def pg_schema(pg_url: str) -> Iterator[str]:
     """A fresh PostgreSQL schema name, dropped after the test."""
-    import sqlalchemy as sa
-
-    name = f"cdc_test_{uuid.uuid4().hex[:10]}"
+    name = new_schema()
     yield name
-    engine = sa.create_engine(pg_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-    engine.dispose()
+    drop_pg_schemas(name, url=pg_url)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def audit_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str | None]]:
     """(URL, schema) of an empty, migrated Audit DB on each backend."""
     from audit import AuditDB
@@ -151,7 +181,7 @@ def audit_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[
 
 
 @pytest.fixture
-def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:  # noqa: F821
+def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:
     from audit import AuditDB
 
     url, schema = audit_url
@@ -162,7 +192,7 @@ def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:  # noqa: F
 
 @pytest.fixture(scope="session")
 def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project the session's SparkSession belongs to (its warehouse and metastore)."""
+    """The project the session's SparkSession belongs to (its warehouse and catalog)."""
     root = make_project(tmp_path_factory.mktemp("spark_project"))
     from runner.spark_session import link_iceberg_jar
 
@@ -171,153 +201,61 @@ def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(spark_project: Path) -> Iterator[SparkSession]:  # noqa: F821
-    """One local SparkSession for the whole test session, built by the runner's own module."""
+def spark(
+    spark_project: Path, pg_url: str, request: pytest.FixtureRequest
+) -> Iterator[SparkSession]:
+    """One local SparkSession for the whole test session, built by the runner's own module;
+    everything run in this process (the runner, dbt) gets it back from `getOrCreate()`."""
     from runner.project import Project
     from runner.spark_session import get_spark
 
+    _refuse_in_fast_tier(request, "a SparkSession (Java)")
     project = Project.load(spark_project, target="local")
     session = get_spark(project, app_name="cdc-tests")
     yield session
     session.stop()
 
 
-def drop_database(spark, name: str) -> None:
-    """Iceberg's Hive catalog refuses DROP DATABASE ... CASCADE: drop the tables first."""
-    if not spark.catalog.databaseExists(name):
-        return
-    for row in spark.sql(f"show tables in {name}").collect():
-        spark.sql(f"drop table if exists {name}.{row['tableName']} purge")
-    spark.sql(f"drop database {name}")
-
-
-def query(target: str, spark, project, sql: str) -> list[dict]:  # noqa: ANN001
-    """Run SQL on the destination under test (local Spark or PostgreSQL); rows as dicts with
-    lowercase column names."""
-    if target == "local":
-        return [{k.lower(): v for k, v in r.asDict().items()} for r in spark.sql(sql).collect()]
-    from runner.destinations.postgres import connect
-
-    conn = connect(project.target)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql)
-            if cur.description is None:
-                return []
-            names = [d[0] for d in cur.description]
-            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
-
-def read_table(target: str, spark, project, schema: str, table: str) -> list[dict]:  # noqa: ANN001
-    """Every row of schema.table on the destination under test."""
-    q = "`" if target == "local" else '"'
-    return query(target, spark, project, f"select * from {q}{schema}{q}.{q}{table}{q}")
-
-
-class Cli:
-    """The documented commands as real processes, from a fresh project root (as a user types
-    them: options after the subcommand where dbt users put them)."""
-
-    def __init__(self, root: Path, target: str, schema: str, **env: str) -> None:
-        import sys
-
-        self.root = root
-        self.target = target
-        self.schema = schema
-        self.bin = Path(sys.executable).parent
-        self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
-        self.env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
-        self.env.pop("CDC_HOME", None)
-        self.env["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
-        self.env.update(env)
-        if target == "postgres":
-            self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
-
-    def start(self, *args: str, **kwargs: object) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            args,
-            cwd=self.root,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            **kwargs,  # type: ignore[arg-type]
-        )
-
-    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run(
-            args, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
-        )
-        assert out.returncode in ok, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
-        return out
-
-    def runner(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-        """`runner COMMAND ARGS --target T`: the target after the subcommand, as documented."""
-        return self("runner", *args, "--target", self.target, ok=ok)
-
-    def dbt(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-        return self("dbt", *args, "--project-dir", "dbt_project", "--target", self.target, ok=ok)
-
-    def table(self, relation: str) -> list[dict]:
-        """Every row of a model or source through `dbt show` (the destination's own answer)."""
-        import json
-
-        out = self.dbt(
-            "show",
-            "-q",
-            "--output",
-            "json",
-            "--limit",
-            "-1",
-            "--inline",
-            f"select * from {relation}",
-        )
-        return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
-
-
 @pytest.fixture
 def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
-    """A function making a Cli on a fresh project root for a target, with its schemas dropped
-    after the test on PostgreSQL."""
+    """A function making a Cli on a fresh project root for a target. In this process (the
+    default) its commands share the session's SparkSession, each test in a schema of its own;
+    with ``processes=True`` every command is a real process. Schemas are dropped after."""
     from runner.spark_session import link_iceberg_jar
 
-    def make(target: str, without: tuple[str, ...] = (), shop: bool = False) -> Cli:
+    def make(
+        target: str, without: tuple[str, ...] = (), shop: bool = False, processes: bool = False
+    ) -> Cli:
         root = make_project(tmp_path / "repo", without, shop)
         link_iceberg_jar(root)
         env: dict[str, str] = {}
+        if not processes:
+            request.getfixturevalue("spark")  # staging needs it on every target
         if target == "postgres":
             schema = request.getfixturevalue("pg_schema")
-            request.addfinalizer(lambda: drop_pg_schema(request, schema + "_audit"))
+            request.addfinalizer(lambda: drop_pg_schemas(schema + "_audit"))
         elif target == "bigquery":
             env["CDC_BQ_ENDPOINT"] = request.getfixturevalue("bq_emulator").endpoint
-            schema = f"cdc_test_{uuid.uuid4().hex[:10]}"  # a dataset of its own
+            schema = new_schema()  # a dataset of its own
         else:
-            schema = "cli_test"
-        cli = Cli(root, target, schema, **env)
+            schema = new_schema("cli")
+        cli = Cli(root, target, schema, in_process=not processes, **env)
         link_package(root)
         return cli
 
     return make
 
 
-def drop_pg_schema(request: pytest.FixtureRequest, name: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(request.getfixturevalue("pg_url"))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-    engine.dispose()
-
-
 @pytest.fixture(scope="session")
-def bq_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def bq_emulator(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Any]:
     """The local BigQuery emulator (tools/bq_emulator.py) on a free port, for the session.
 
     Missing is a failure that says how to install it, never a skip."""
     import sys
 
+    _refuse_in_fast_tier(request, "the BigQuery emulator")
     sys.path.insert(0, str(REPO / "tools"))
     import bq_emulator
 

@@ -15,8 +15,9 @@ import gzip
 from pathlib import Path
 
 import pytest
-from conftest import read_table
-from test_ingest import HEADER, oracle, staged_tuples
+from helpers.oracles import HEADER, staged_tuples
+from helpers.oracles import staged_oracle as oracle
+from helpers.project import read_table
 
 from audit import AuditDB
 from runner.entities import load_entities

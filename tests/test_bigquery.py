@@ -17,13 +17,13 @@ import json
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Cli
-from test_apply import (
+from helpers.project import Cli
+from helpers.project import bigquery_rows as read
+from helpers.scenario import (
     BROKEN,
     LATE,
     LATE_PARTIAL,
@@ -74,24 +74,6 @@ def failing_markers_step(dbt_project: Path) -> Iterator[None]:
     finally:
         conf_file.write_text(saved)
         macro.unlink()
-
-
-def read(cli: Cli, table: str) -> list[dict]:
-    """Every row of a table of the test's dataset, read with the BigQuery client (faster than
-    `dbt show`, which the contract test uses); values as `dbt show --output json` gives them."""
-    from google.api_core.client_options import ClientOptions
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import bigquery
-
-    client = bigquery.Client(
-        project="cdc-local",
-        credentials=AnonymousCredentials(),
-        client_options=ClientOptions(api_endpoint=cli.env["CDC_BQ_ENDPOINT"]),
-    )
-    rows = client.query(f"select * from `cdc-local`.`{cli.schema}`.`{table}`").result()
-    return [
-        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in r.items()} for r in rows
-    ]
 
 
 def markers(cli: Cli, table: str = "customers") -> list[dict]:

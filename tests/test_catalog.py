@@ -13,13 +13,16 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sqlite3
 import time
+from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import CHANGES_HISTORY, REPO
-from test_contract import oracle, shown_customers
+from helpers.oracles import customers_oracle as oracle
+from helpers.oracles import shown_customers
+from helpers.project import CHANGES_HISTORY, REPO
 
 from runner.generate import generate_customers
 
@@ -35,6 +38,31 @@ def last_extract(folder: Path) -> dict[int, tuple]:
             int(r["account_id"]): (r["owner"] or None, r["plan"] or None, Decimal(r["monthly_fee"]))
             for r in csv.DictReader(handle)
         }
+
+
+def both_working(cli, runs: list, timeout: float = 600) -> None:  # noqa: ANN001
+    """Wait until both runs are recorded as running and each has leased a File of its entity
+    (they are staging or applying), or one of them has ended."""
+    audit = cli.root / ".cdc" / "local" / "audit.db"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r.poll() is not None for r in runs):
+            return
+        if audit.exists():
+            try:
+                with closing(sqlite3.connect(audit, timeout=5)) as conn:
+                    running = conn.execute(
+                        "select count(*) from runs where outcome = 'running'"
+                    ).fetchone()[0]
+                    started = conn.execute(
+                        "select count(distinct entity) from files where state <> 'PENDING'"
+                    ).fetchone()[0]
+            except sqlite3.OperationalError:  # tables not created yet, or busy
+                running = started = 0
+            if running >= 2 and started >= 2:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"the two runs never both started working within {timeout} s")
 
 
 def test_two_runners_on_different_entities_and_docs_generate_during_a_run(cli_project) -> None:  # noqa: ANN001
@@ -57,7 +85,7 @@ def test_two_runners_on_different_entities_and_docs_generate_during_a_run(cli_pr
         )
 
     runs = [runner_run("customers"), runner_run("accounts")]
-    time.sleep(20)  # both are staging or applying by now (each takes a minute here)
+    both_working(cli, runs)
     early = [r for r in runs if r.poll() is not None]
     docs = cli.start("dbt", "docs", "generate", "--project-dir", "dbt_project")
     outs = [p.communicate(timeout=900) for p in [*runs, docs]]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_project
+from helpers.project import make_project
 
 from audit import AuditDB, utcnow
 from runner.ids import new_process_id

@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CATALOG_SCHEMAS, CHANGES_HISTORY
-from test_contract import oracle, shown_customers
+from helpers.oracles import customers_oracle as oracle
+from helpers.oracles import shown_customers
+from helpers.project import CATALOG_SCHEMAS, CHANGES_HISTORY
 
 from runner.generate import generate_customers
 
@@ -106,7 +107,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
 
 
 def test_runner_and_dbt_build_on_a_standalone_cluster(cli_project, spark_cluster: Cluster) -> None:  # noqa: ANN001
-    cli = cli_project("cluster", without=CHANGES_HISTORY)
+    cli = cli_project("cluster", without=CHANGES_HISTORY, processes=True)
     cli.env["CDC_SPARK_MASTER"] = spark_cluster.url
     CATALOG_SCHEMAS.append(cli.env["CDC_CATALOG_SCHEMA"] + "_cluster")  # the cluster target's
     landing = cli.root / "landing" / "customers"

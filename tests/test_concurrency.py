@@ -11,60 +11,15 @@ Local Spark: see tests/test_crash_recovery.py, which races two builds between it
 from __future__ import annotations
 
 import time
-from collections import Counter
-from pathlib import Path
 
 import pytest
-from conftest import CHANGES_HISTORY
-from test_contract import oracle, shown_customers
+from helpers.oracles import applied
+from helpers.oracles import customers_oracle as oracle
+from helpers.project import CHANGES_HISTORY
 
 from runner.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
-
-
-def as_current(rows: list[dict]) -> dict[int, tuple]:
-    keys = Counter(r["customer_id"] for r in rows)
-    assert max(keys.values(), default=1) == 1, "a key has two current rows"
-    return shown_customers(rows)
-
-
-# What a `dbt build` that lost a race to write one Iceberg table says (Iceberg's optimistic
-# commit: the second writer of a table finds the files it read replaced, and fails).
-ICEBERG_CONFLICT = (
-    "conflicting files",
-    "commitfailedexception",
-    "validationexception",
-    "missing required files to delete",
-    "table uuid does not match",
-)
-
-
-def two_builds_at_once(cli) -> None:  # noqa: ANN001
-    """Two `dbt build`s of one project started together: on the embedded Spark default both
-    open the catalog; where both write one table, Iceberg fails the later commit, and that
-    build fails and says so (the caller checks each File was applied once)."""
-    builds = [
-        cli.start("dbt", "build", "--project-dir", "dbt_project", "--target", cli.target)
-        for _ in range(2)
-    ]
-    outs = [b.communicate(timeout=600) for b in builds]
-    codes = [b.returncode for b in builds]
-    assert 0 in codes, outs
-    for code, (out, err) in zip(codes, outs, strict=True):
-        if code != 0:
-            assert any(c in (out + err).lower() for c in ICEBERG_CONFLICT), out
-
-
-def applied(cli, files: list[Path]) -> dict[int, tuple]:  # noqa: ANN001
-    """The customers table, after checking it has one marker per File (one `dbt show`)."""
-    rows = cli.table(
-        "{{ ref('customers') }} as c cross join (select count(*) as n_markers, "
-        "count(distinct file_hash) as n_files from {{ source('cdc_state', 'applied_files') }} "
-        "where target_table like '%.customers') as m"
-    )
-    assert {(r["n_markers"], r["n_files"]) for r in rows} == {(len(files), len(files))}
-    return as_current(rows)
 
 
 @pytest.mark.postgres

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import CHANGES_HISTORY
-from test_concurrency import applied, two_builds_at_once
-from test_contract import oracle
+from helpers.oracles import applied, two_builds_at_once
+from helpers.oracles import customers_oracle as oracle
+from helpers.project import CHANGES_HISTORY
 
 from runner.generate import generate_customers
 

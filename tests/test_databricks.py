@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import drop_database, make_project
-from test_ingest import oracle, staged_tuples
+from helpers.oracles import staged_oracle as oracle
+from helpers.oracles import staged_tuples
+from helpers.project import drop_database, make_project
 
 from audit import AuditDB
 from runner.contract import state_tables

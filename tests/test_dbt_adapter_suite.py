@@ -18,7 +18,6 @@ from typing import Any
 import dbt.tests.util as dbt_util
 import pytest
 import yaml
-from conftest import PG_URL, REPO
 from dbt.tests.adapter.basic.test_incremental import (
     BaseIncremental,
     BaseIncrementalBadStrategy,
@@ -69,6 +68,7 @@ from dbt.tests.adapter.simple_snapshot.test_various_configs import (
 # dbt's test fixtures (project, adapter, unique_schema, ...), by import: pytest finds fixtures
 # in a test module's namespace.
 from dbt.tests.fixtures.project import *  # noqa: F403
+from helpers.project import PG_URL, REPO
 
 pytestmark = [pytest.mark.postgres, pytest.mark.dbt]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, make_project
+from helpers.project import REPO, make_project
 
 from runner.contract import PREFIX, lineage_columns
 from runner.discover import discover, settle

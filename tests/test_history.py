@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import drop_database, query
+from helpers.project import drop_database, query
 
 from runner.contract import lineage_columns
 from runner.project import Project

@@ -3,14 +3,13 @@ oracle."""
 
 from __future__ import annotations
 
-import csv
 import shutil
-from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import read_table
+from helpers.oracles import HEADER, staged_tuples
+from helpers.oracles import staged_oracle as oracle
+from helpers.project import read_table
 
 from audit import AuditDB
 from runner.contract import lineage_columns, state_tables
@@ -22,7 +21,6 @@ from runner.project import Project
 
 pytestmark = pytest.mark.spark
 
-HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
 SEQ = "2026030109000000000000000000000000{}"
 BAD = {
     "wrong_count.csv": (
@@ -57,53 +55,6 @@ BAD = {
         "line 1, column 'updated_at': declared column missing",
     ),
 }
-
-
-def oracle(path: Path) -> list[tuple]:
-    """Staged rows of one good File, by plain Python: typed, exact duplicates dropped."""
-    out, seen = [], set()
-    with open(path, encoding="utf-8", newline="") as handle:
-        for n, row in enumerate(csv.DictReader(handle), start=1):
-            key = tuple(row.values())
-            if key in seen:
-                continue
-            seen.add(key)
-            v = {k: (x if x != "" else None) for k, x in row.items()}
-            out.append(
-                (
-                    path.name,
-                    n,
-                    v["Op"],
-                    v["AR_H_CHANGE_SEQ"],
-                    int(v["customer_id"]),
-                    v["name"],
-                    v["email"],
-                    v["tier"],
-                    Decimal(v["balance"]) if v["balance"] else None,
-                    datetime.fromisoformat(v["updated_at"]) if v["updated_at"] else None,
-                )
-            )
-    return out
-
-
-def staged_tuples(rows: list[dict]) -> list[tuple]:
-    """Staged customers rows in the oracle's shape, sorted."""
-    lin = lineage_columns()
-    return sorted(
-        (
-            r[lin["file_name"]],
-            r[lin["row_number"]],
-            r["op"],
-            r["ar_h_change_seq"],
-            r["customer_id"],
-            r["name"],
-            r["email"],
-            r["tier"],
-            r["balance"],
-            r["updated_at"],
-        )
-        for r in rows
-    )
 
 
 @pytest.fixture(params=["local", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -8,7 +8,7 @@ build succeeded. Now the build stops with a compiler error naming the value.
 from __future__ import annotations
 
 import pytest
-from conftest import CHANGES_HISTORY
+from helpers.project import CHANGES_HISTORY
 
 from runner.generate import generate_customers
 

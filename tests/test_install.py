@@ -18,7 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_project, new_catalog_schema
+from helpers.project import REPO, make_project, new_catalog_schema
 
 pytestmark = pytest.mark.spark
 

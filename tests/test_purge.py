@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import CHANGES_HISTORY, Cli
+from helpers.project import CHANGES_HISTORY, Cli
 
 pytestmark = [pytest.mark.dbt]
 

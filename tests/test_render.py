@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlglot
 import yaml
-from conftest import drop_database, make_project
+from helpers.project import drop_database, make_project
 
 from runner.contract import lineage_columns, state_tables
 
@@ -363,7 +363,14 @@ def test_snapshot_sql_renders_and_parses(render_project: Path, target: str, dial
 NASTY = "it's a \\ test' or 'a'='a"
 
 
-@pytest.mark.parametrize("target", ["databricks", "bigquery", "postgres"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param("databricks", marks=pytest.mark.spark),
+        "bigquery",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
 def test_every_literal_the_package_renders_is_escaped_for_its_dialect(
     render_project: Path, target: str, request: pytest.FixtureRequest
 ) -> None:

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 import sqlalchemy as sa
-from conftest import REPO
+from helpers.project import REPO
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 

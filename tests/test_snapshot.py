@@ -22,7 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import CHANGES_HISTORY, Cli
+from helpers.project import CHANGES_HISTORY, REPO, Cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
@@ -266,7 +266,6 @@ def expected_table(exp: Expected) -> dict[int, tuple]:
 
 
 def extracts(tmp_path: Path) -> list[Path]:
-    from conftest import REPO
 
     from runner.entities import load_entities
     from runner.generate import SnapshotSpec, generate_snapshots

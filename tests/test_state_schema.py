@@ -11,7 +11,7 @@ import shutil
 import pytest
 import sqlalchemy as sa
 import yaml
-from conftest import REPO, drop_pg_schema
+from helpers.project import REPO, drop_pg_schemas
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 def test_state_tables_live_in_the_declared_schema(cli_project, request) -> None:  # noqa: ANN001
     cli = cli_project("postgres")
     state = cli.schema + "_state"
-    request.addfinalizer(lambda: drop_pg_schema(request, state))
+    request.addfinalizer(lambda: drop_pg_schemas(state))
     # the sample without the shop group (not in this project): every landed File is staged
     shutil.copytree(REPO / "landing", cli.root / "landing", ignore=shutil.ignore_patterns("shop"))
     conf_file = cli.root / "dbt_project" / "dbt_project.yml"

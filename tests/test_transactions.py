@@ -27,8 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, drop_database, link_package, make_project, read_table
-from test_apply import dbt_build
+from helpers.project import (
+    Cli,
+    bigquery_rows,
+    dbt_build,
+    drop_database,
+    link_package,
+    make_project,
+    read_table,
+)
 
 from audit import AuditDB
 from runner.contract import state_tables
@@ -356,8 +363,6 @@ def test_a_group_on_bigquery_through_the_commands(
     tmp_path: Path, cli_project: Callable[..., Cli]
 ) -> None:
     """The same runs on the BigQuery emulator, as a user types them (processes)."""
-    from test_bigquery import read
-
     cli = cli_project("bigquery", ("customers_changes_history",), shop=True)
     landing = tmp_path / "landing"
 
@@ -381,7 +386,7 @@ def test_a_group_on_bigquery_through_the_commands(
         out = cli("runner", "status", "--groups", "--json", "--target", "bigquery")
         return json.loads(out.stdout)
 
-    run_scenario(landing, ingest_files, build, lambda t: read(cli, t), groups)
+    run_scenario(landing, ingest_files, build, lambda t: bigquery_rows(cli, t), groups)
     # The readable form, as a user reads it.
     text = cli("runner", "status", "--target", "bigquery").stdout
     assert "group shop_transactions (order_lines, orders): watermark_ms 4000010" in text

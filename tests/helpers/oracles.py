@@ -1,0 +1,155 @@
+"""Plain-Python expectations for the sample `customers` entity (DMS CSV Files as
+runner.generate and the tests write them), and the readers that put a destination's answer in
+the same shape."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from runner.contract import lineage_columns
+
+HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
+
+
+def customers_oracle(files: list[Path]) -> dict[int, tuple]:
+    """The current state: per key, the change with the highest sequence wins; deletes remove."""
+    last: dict[int, dict[str, str]] = {}
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
+                key = int(row["customer_id"])
+                if key not in last or row["AR_H_CHANGE_SEQ"] > last[key]["AR_H_CHANGE_SEQ"]:
+                    last[key] = row
+    return {
+        k: (
+            r["name"] or None,
+            r["email"] or None,
+            r["tier"] or None,
+            Decimal(r["balance"]),
+            datetime.fromisoformat(r["updated_at"]),
+        )
+        for k, r in last.items()
+        if r["Op"] != "D"
+    }
+
+
+def naive(value: Any) -> Any:
+    """A timestamp as a naive UTC datetime, whether a destination gives a datetime or ISO text
+    (BigQuery's come back with an offset)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def shown_customers(shown: list[dict], extra: tuple[str, ...] = ()) -> dict[int, tuple]:
+    """Customers rows (`dbt show --output json`: floats and ISO strings, or a client's) as the
+    oracle's tuples, followed by the ``extra`` columns."""
+    return {
+        r["customer_id"]: (
+            r["name"],
+            r["email"],
+            r["tier"],
+            Decimal(str(r["balance"])),
+            naive(r["updated_at"]),
+            *(r[c] for c in extra),
+        )
+        for r in shown
+    }
+
+
+def as_current(rows: list[dict]) -> dict[int, tuple]:
+    keys = Counter(r["customer_id"] for r in rows)
+    assert max(keys.values(), default=1) == 1, "a key has two current rows"
+    return shown_customers(rows)
+
+
+def applied(cli: Any, files: list[Path]) -> dict[int, tuple]:
+    """The customers table, after checking it has one marker per File (one `dbt show`)."""
+    rows = cli.table(
+        "{{ ref('customers') }} as c cross join (select count(*) as n_markers, "
+        "count(distinct file_hash) as n_files from {{ source('cdc_state', 'applied_files') }} "
+        "where target_table like '%.customers') as m"
+    )
+    assert {(r["n_markers"], r["n_files"]) for r in rows} == {(len(files), len(files))}
+    return as_current(rows)
+
+
+# What a `dbt build` that lost a race to write one Iceberg table says (Iceberg's optimistic
+# commit: the second writer of a table finds the files it read replaced, and fails).
+ICEBERG_CONFLICT = (
+    "conflicting files",
+    "commitfailedexception",
+    "validationexception",
+    "missing required files to delete",
+    "table uuid does not match",
+)
+
+
+def two_builds_at_once(cli: Any) -> None:
+    """Two `dbt build` processes of one project started together: on the embedded Spark
+    default both open the catalog; where both write one table, Iceberg fails the later commit,
+    and that build fails and says so (the caller checks each File was applied once)."""
+    builds = [
+        cli.start("dbt", "build", "--project-dir", "dbt_project", "--target", cli.target)
+        for _ in range(2)
+    ]
+    outs = [b.communicate(timeout=600) for b in builds]
+    codes = [b.returncode for b in builds]
+    assert 0 in codes, outs
+    for code, (out, err) in zip(codes, outs, strict=True):
+        if code != 0:
+            assert any(c in (out + err).lower() for c in ICEBERG_CONFLICT), out
+
+
+def staged_oracle(path: Path) -> list[tuple]:
+    """Staged rows of one good File, by plain Python: typed, exact duplicates dropped."""
+    out, seen = [], set()
+    with open(path, encoding="utf-8", newline="") as handle:
+        for n, row in enumerate(csv.DictReader(handle), start=1):
+            key = tuple(row.values())
+            if key in seen:
+                continue
+            seen.add(key)
+            v = {k: (x if x != "" else None) for k, x in row.items()}
+            out.append(
+                (
+                    path.name,
+                    n,
+                    v["Op"],
+                    v["AR_H_CHANGE_SEQ"],
+                    int(v["customer_id"]),
+                    v["name"],
+                    v["email"],
+                    v["tier"],
+                    Decimal(v["balance"]) if v["balance"] else None,
+                    datetime.fromisoformat(v["updated_at"]) if v["updated_at"] else None,
+                )
+            )
+    return out
+
+
+def staged_tuples(rows: list[dict]) -> list[tuple]:
+    """Staged customers rows in the staged oracle's shape, sorted."""
+    lin = lineage_columns()
+    return sorted(
+        (
+            r[lin["file_name"]],
+            r[lin["row_number"]],
+            r["op"],
+            r["ar_h_change_seq"],
+            r["customer_id"],
+            r["name"],
+            r["email"],
+            r["tier"],
+            r["balance"],
+            r["updated_at"],
+        )
+        for r in rows
+    )

@@ -1,0 +1,292 @@
+"""Project copies, destinations read back, and the documented commands (`runner ...`,
+`dbt ...`) run either as real processes or in this process.
+
+In this process, `runner` goes through click's own test runner and `dbt` through `dbtRunner`,
+with the project root as the working folder and the command's environment, so both reuse the
+session's one SparkSession (dbt-spark's session method and the runner both `getOrCreate()` it).
+Tests about the process boundary itself (the documented command forms, kills, two processes at
+once, the installed wheel, the cluster) ask for processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("CDC_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+PG_START_HINT = (
+    "PostgreSQL is needed on 127.0.0.1:5432 (database 'test', user 'postgres', trust auth). "
+    "Start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start "
+    "(or install Debian's 'postgresql' package), or point CDC_TEST_PG_URL at another server."
+)
+
+# The sample's change-history model: built and checked by test_apply, test_bigquery,
+# test_contract and test_state_schema; the tests of other features leave it out of their copy
+# (on Spark it adds about ten seconds to every build that applies customers Files).
+CHANGES_HISTORY = ("customers_changes_history",)
+
+# The sample's transaction group (Debezium orders and order lines): its declarations and
+# models. Only the tests of that feature keep it (make_project(shop=True)); on Spark it adds
+# six models to every build.
+SHOP = ("models/staging/shop.yml", "models/shop")
+
+# The embedded default keeps its Spark catalog in a PostgreSQL schema (profiles.example.yml,
+# CDC_CATALOG_SCHEMA). The session's SparkSession has one (set by conftest), shared by every
+# test that runs in this process (each in a schema of its own); each test that starts
+# processes gets its own (new_catalog_schema). All are dropped when the session ends.
+CATALOG_SCHEMAS: list[str] = []
+
+
+def new_catalog_schema() -> str:
+    name = f"cdc_catalog_test_{uuid.uuid4().hex[:10]}"
+    CATALOG_SCHEMAS.append(name)
+    return name
+
+
+def new_schema(prefix: str = "cdc_test") -> str:
+    """A schema (dataset, Iceberg namespace) name no other test uses."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
+    """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
+    `without`: sample models left out of the copy (their SQL file and their YAML entry);
+    `shop`: keep the sample's transaction group (SHOP)."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
+    shutil.copy(REPO / "runner.yml", root / "runner.yml")
+    shutil.copytree(
+        REPO / "dbt_project",
+        root / "dbt_project",
+        dirs_exist_ok=True,
+        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
+    )
+    shutil.copytree(REPO / "macros", root / "macros", dirs_exist_ok=True)
+    if not shop:
+        for part in SHOP:
+            path = root / "dbt_project" / part
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    models = root / "dbt_project" / "models"
+    for name in without:
+        (models / f"{name}.sql").unlink()
+        for conf in models.glob("*.yml"):
+            doc = yaml.safe_load(conf.read_text())
+            kept = [m for m in doc.get("models") or [] if m["name"] != name]
+            if len(kept) != len(doc.get("models") or []):
+                doc["models"] = kept
+                conf.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return root
+
+
+def link_package(root: Path) -> None:
+    """What `dbt deps` does for packages.yml's `local: ../macros` (a symlink), without its
+    three seconds per project; test_lineage_column and test_install run dbt deps itself."""
+    packages = root / "dbt_project" / "dbt_packages"
+    packages.mkdir(exist_ok=True)
+    link = packages / "cdc"
+    if not link.is_symlink():
+        link.symlink_to(root / "macros", target_is_directory=True)
+
+
+def drop_database(spark: Any, name: str) -> None:
+    """Iceberg's catalog refuses DROP DATABASE ... CASCADE: drop the tables first."""
+    if not spark.catalog.databaseExists(name):
+        return
+    for row in spark.sql(f"show tables in {name}").collect():
+        spark.sql(f"drop table if exists {name}.{row['tableName']} purge")
+    spark.sql(f"drop database {name}")
+
+
+def pg_connect(url: str = PG_URL) -> Any:
+    import psycopg2
+
+    return psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql"))
+
+
+def drop_pg_schemas(*names: str, url: str = PG_URL) -> None:
+    conn = pg_connect(url)
+    try:
+        with conn, conn.cursor() as cur:
+            for name in names:
+                cur.execute(f'drop schema if exists "{name}" cascade')
+    finally:
+        conn.close()
+
+
+def query(target: str, spark: Any, project: Any, sql: str) -> list[dict]:
+    """Run SQL on the destination under test (local Spark or PostgreSQL); rows as dicts with
+    lowercase column names."""
+    if target == "local":
+        return [{k.lower(): v for k, v in r.asDict().items()} for r in spark.sql(sql).collect()]
+    from runner.destinations.postgres import connect
+
+    conn = connect(project.target)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql)
+            if cur.description is None:
+                return []
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def read_table(target: str, spark: Any, project: Any, schema: str, table: str) -> list[dict]:
+    """Every row of schema.table on the destination under test."""
+    q = "`" if target == "local" else '"'
+    return query(target, spark, project, f"select * from {q}{schema}{q}.{q}{table}{q}")
+
+
+def dbt_build(proj: Path, target: str, *extra: str) -> Any:
+    """`dbt build` of the dbt project at ``proj`` in this process (its profiles beside it)."""
+    from dbt.cli.main import dbtRunner
+
+    return dbtRunner().invoke(
+        ["build", "--project-dir", str(proj), "--profiles-dir", str(proj.parent),
+         "--target", target, *extra]
+    )  # fmt: skip
+
+
+def bigquery_client(endpoint: str, dataset: str | None = None) -> Any:
+    """A client of the local BigQuery emulator (project cdc-local, no credentials)."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery
+
+    config = bigquery.QueryJobConfig(default_dataset=f"cdc-local.{dataset}") if dataset else None
+    return bigquery.Client(
+        project="cdc-local",
+        credentials=AnonymousCredentials(),
+        client_options=ClientOptions(api_endpoint=endpoint),
+        default_query_job_config=config,
+    )
+
+
+def bigquery_rows(cli: Cli, table: str) -> list[dict]:
+    """Every row of a table of the test's dataset, read with the BigQuery client (faster than
+    `dbt show`, which the contract test uses); values as `dbt show --output json` gives them."""
+    from datetime import datetime
+
+    client = bigquery_client(cli.env["CDC_BQ_ENDPOINT"])
+    rows = client.query(f"select * from `cdc-local`.`{cli.schema}`.`{table}`").result()
+    return [
+        {k: v.isoformat() if isinstance(v, datetime) else v for k, v in r.items()} for r in rows
+    ]
+
+
+class Cli:
+    """The documented commands from a project root, as a user types them (options after the
+    subcommand where dbt users put them): real processes, or with ``in_process`` click's and
+    dbt's own runners in this process (same arguments, exit codes, stdout and stderr)."""
+
+    def __init__(
+        self, root: Path, target: str, schema: str, *, in_process: bool = False, **env: str
+    ) -> None:
+        self.root = root
+        self.target = target
+        self.schema = schema
+        self.in_process = in_process
+        self.bin = Path(sys.executable).parent
+        self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
+        self.env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
+        self.env.pop("CDC_HOME", None)
+        if in_process:
+            # This process's SparkSession keeps the catalog it was built with, shared with the
+            # processes started here; their warehouse paths must be absolute for it to read
+            # their tables (`dbt` alone would write `./.cdc/...`, relative to its own folder).
+            self.env["CDC_HOME"] = str(root)
+        else:
+            self.env["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
+        self.env.update(env)
+        if target == "postgres":
+            self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
+
+    def start(self, *args: str, **kwargs: object) -> subprocess.Popen[str]:
+        """Always a process: for two commands at once, or one to kill."""
+        return subprocess.Popen(
+            args,
+            cwd=self.root,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        if self.in_process and args[0] in ("runner", "dbt"):
+            out = self._here(args)
+        else:
+            out = subprocess.run(
+                args, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
+            )
+        assert out.returncode in ok, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        return out
+
+    @contextlib.contextmanager
+    def _environment(self) -> Iterator[None]:
+        """The command's working folder, environment and logging, restored after it."""
+        env, cwd = dict(os.environ), os.getcwd()
+        root_log = logging.getLogger()
+        handlers, level = list(root_log.handlers), root_log.level
+        runner_level = logging.getLogger("runner").level
+        os.environ.clear()
+        os.environ.update(self.env)
+        os.chdir(self.root)
+        try:
+            yield
+        finally:
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            root_log.handlers[:] = handlers
+            root_log.setLevel(level)
+            logging.getLogger("runner").setLevel(runner_level)
+
+    def _here(self, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        with self._environment():
+            if args[0] == "runner":
+                from click.testing import CliRunner
+
+                from runner.cli import main
+
+                res = CliRunner().invoke(main, list(args[1:]), catch_exceptions=False)
+                return subprocess.CompletedProcess(args, res.exit_code, res.stdout, res.stderr)
+            from dbt.cli.main import dbtRunner
+
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                done = dbtRunner().invoke(list(args[1:]))
+            code = 0 if done.success else 2 if done.exception is not None else 1
+            if done.exception is not None:
+                err.write(f"{type(done.exception).__name__}: {done.exception}\n")
+            return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+    def runner(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        """`runner COMMAND ARGS --target T`: the target after the subcommand, as documented."""
+        return self("runner", *args, "--target", self.target, ok=ok)
+
+    def dbt(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        return self("dbt", *args, "--project-dir", "dbt_project", "--target", self.target, ok=ok)
+
+    def table(self, relation: str) -> list[dict]:
+        """Every row of a model or source through `dbt show` (the destination's own answer)."""
+        out = self.dbt(
+            "show", "-q", "--output", "json", "--limit", "-1", "--inline",
+            f"select * from {relation}",
+        )  # fmt: skip
+        return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
