@@ -30,7 +30,7 @@ DBT_SELECT = ["--select", "+customers", "--exclude", "resource_type:test"]
 
 def fresh_root(base: Path, name: str, landing: Path) -> Path:
     """A project root with the repository's configuration, its own state and ``landing``."""
-    from runner.spark_session import link_iceberg_jar
+    from runner.destinations.spark.session import link_iceberg_jar
 
     root = base / name
     shutil.rmtree(root, ignore_errors=True)

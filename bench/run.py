@@ -25,13 +25,15 @@ WORK = REPO / "bench" / "work"
 sys.path.insert(0, str(REPO))
 
 from audit import AuditDB  # noqa: E402
+from runner.destinations import destination_for  # noqa: E402
+from runner.destinations.spark.session import link_iceberg_jar  # noqa: E402
 from runner.entities import load_entities  # noqa: E402
-from runner.generate import GenerateSpec, generate_entity  # noqa: E402
 from runner.ids import new_process_id  # noqa: E402
 from runner.ingest import ingest  # noqa: E402
+from runner.invocation import Invocation  # noqa: E402
 from runner.project import Project  # noqa: E402
 from runner.run import dbt_build  # noqa: E402
-from runner.spark_session import get_spark, link_iceberg_jar  # noqa: E402
+from runner.samples.generate import GenerateSpec, generate_entity  # noqa: E402
 
 STOCK_MODEL = """
 -- What a user would write with dbt's stock incremental merge: unique_key, the last change per
@@ -109,7 +111,7 @@ class Bench:
         self.root = project_root()
         os.environ["CDC_SCHEMA"] = "bench"
         self.project = Project.load(self.root, target="local")
-        self.spark = get_spark(self.project, app_name="cdc-bench")
+        self.spark = destination_for(self.project).spark_session(app_name="cdc-bench")
         self.spark.sparkContext.setLogLevel("ERROR")
         self.entity = load_entities(self.project)["customers"]
         self.data = self.root / "data"
@@ -139,7 +141,7 @@ class Bench:
     def ingest(self, project: Project, db: AuditDB, landing: Path) -> int:
         pid = new_process_id()
         db.start_run(pid, "ingest", "local")
-        result = ingest(project, db, pid, spark=self.spark, landing=[str(landing)])
+        result = ingest(Invocation.of(project, db, self.spark), pid, landing=[str(landing)])
         assert result.quarantined == 0 and result.failed == 0
         return result.rows
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING
 import yaml
 
 from runner.entities import load_entities
-from runner.generate import (
+from runner.ids import new_process_id
+from runner.phases import Phases
+from runner.run import dbt_build
+from runner.samples.generate import (
     SnapshotSpec,
     generate_snapshots,
     synthetic_snapshot_declaration,
     synthetic_snapshot_entity,
 )
-from runner.ids import new_process_id
-from runner.phases import Phases
-from runner.run import dbt_build
 
 if TYPE_CHECKING:
     from run import Bench

@@ -49,8 +49,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="Where the generated Files go (root/data).")
     args = parser.parse_args()
     from runner.entities import load_entities
-    from runner.generate import GenerateSpec, generate_entity
     from runner.project import Project
+    from runner.samples.generate import GenerateSpec, generate_entity
 
     landing = ((args.data or args.root / "data") / f"memory_{args.size_mib}").resolve()
     folder = landing / "customers"

@@ -7,11 +7,13 @@ problem in every declaration is reported at once, naming the file and the entity
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import yaml
 
 from runner.contract import PREFIX
@@ -151,9 +153,6 @@ def _render(value: Any, project: Project) -> Any:
     """Render the little Jinja that source YAML may use ({{ target.schema }}, env_var)."""
     if not isinstance(value, str) or "{{" not in value:
         return value
-    import os
-
-    import jinja2
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.globals["env_var"] = lambda name, default=None: os.environ.get(name, default)

@@ -9,21 +9,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import AuditDB, FileRecord, IllegalTransition
-from runner.destinations import destination_for
+from runner.destinations import Destination, FileToStage
 from runner.discover import LandedFile, discover, settle
 from runner.entities import Entity, load_entities
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
 from runner.fs import FilePath, RemoteFile, as_file, is_uri
 from runner.hashing import content_hash
+from runner.invocation import Invocation
 from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
+from runner.reconcile import reconcile
+from runner.staging.spark import StageResult, stage_entity
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from runner.destinations import Destination
-    from runner.staging.spark import StageResult
 
 log = logging.getLogger("runner.ingest")
 
@@ -56,21 +57,20 @@ def landing_roots(project: Project, landing: list[str] | None) -> list[FilePath]
 
 
 def ingest(
-    project: Project,
-    db: AuditDB,
+    inv: Invocation,
     process_id: str,
     *,
-    spark: SparkSession,
     landing: list[str] | None = None,
     entity_names: list[str] | None = None,
     min_age_seconds: float = 0.0,
     settle_seconds: float = 0.0,
     progress: Progress | None = None,
     effective_date: date | None = None,
+    recover: bool = True,
 ) -> IngestResult:
-
-    destination = destination_for(project)
-
+    """Reconcile, recover what earlier runs left (unless the caller did: ``recover``), then
+    find, hash, register and stage each chosen entity's Files."""
+    project, db, destination = inv.project, inv.db, inv.destination
     entities = load_entities(project)
     unknown = sorted(set(entity_names or []) - set(entities))
     if unknown:
@@ -80,15 +80,15 @@ def ingest(
     result = IngestResult()
     progress = progress or Progress()
     phases = result.phases
-    from runner.reconcile import reconcile
-
     with phases.time("reconcile"):
-        result.committed = reconcile(project, db, process_id, spark).committed
-    recovery = db.recover(process_id)
-    for pid in recovery.aborted_runs:
-        result.notes.append(f"run {pid} had stopped without ending; closed as aborted")
-    for rec in recovery.reclaimed:
-        result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
+        result.committed = reconcile(inv, process_id).committed
+    if recover:
+        recovery = db.recover(process_id)
+        for pid in recovery.aborted_runs:
+            result.notes.append(f"run {pid} had stopped without ending; closed as aborted")
+        for rec in recovery.reclaimed:
+            result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
+    spark = inv.spark
     found: dict[str, list[LandedFile]] = {}
     with phases.time("discover"):
         for entity in chosen:
@@ -200,8 +200,6 @@ class _Stager:
             self.stage(claimed)
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
-        from runner.destinations import FileToStage
-        from runner.staging.spark import stage_entity
 
         to_stage = [FileToStage(c.id, as_file(c.path), c.content_hash) for c in files]
         try:

@@ -10,6 +10,10 @@ import sys
 import time
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bars
+
 log = logging.getLogger("runner.progress")
 
 
@@ -60,9 +64,6 @@ class RichProgress(Progress):
     """A live bar per phase and entity on the terminal (stderr)."""
 
     def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as Bars
 
         self.bars = Bars(
             TextColumn("{task.description}"),

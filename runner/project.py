@@ -216,28 +216,3 @@ class Project:
 
     def target_setting(self, key: str) -> Any:
         return self.settings.targets.get(self.target_name, {}).get(key)
-
-
-def audit_location(
-    project: Project, url: str | None = None, schema: str | None = None
-) -> tuple[str, str | None]:
-    """Which Audit DB this invocation uses, as (SQLAlchemy URL, PostgreSQL schema or None).
-
-    In order: an explicit URL (``--audit-url`` or ``CDC_AUDIT_URL``); runner.yml's
-    ``targets.<target>.audit_url``; the destination's default (for a postgres target, the same
-    server in its own schema; otherwise a SQLite file under the state folder, one per target).
-    """
-    from runner.destinations import destination_for
-
-    schema = schema or project.target_setting("audit_schema")
-    url = url or project.target_setting("audit_url")
-    if url:
-        url = os.path.expandvars(str(url))
-    else:
-        url, default_schema = destination_for(project).default_audit()
-        schema = schema or default_schema
-    if schema:
-        validate_identifier(schema, "audit schema")
-        if not url.startswith("postgresql"):
-            raise ConfigError("an audit schema can only be used with a PostgreSQL Audit DB")
-    return url, schema

@@ -9,15 +9,11 @@ File in the Audit DB (``runner status``, the run summary).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from audit import AuditDB
-from runner.destinations import destination_for
-from runner.project import Project
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from runner.invocation import Invocation
 
 log = logging.getLogger("runner.reconcile")
 
@@ -29,24 +25,22 @@ class ReconcileResult:
     targets: dict[str, list[str]] = field(default_factory=dict)  # file name -> target tables
 
 
-def applied_markers(
-    project: Project, spark: SparkSession | None = None
-) -> dict[str, list[dict[str, Any]]]:
-    """Content hash -> its markers (one per target table), read from the destination."""
+def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
+    """Content hash -> its markers (one per target table), read from the destination (through
+    the invocation's SparkSession where one is needed)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for marker in destination_for(project).markers(spark):
+    for marker in inv.destination.markers(inv.started_spark):
         out.setdefault(marker["file_hash"], []).append(marker)
     return out
 
 
-def reconcile(
-    project: Project, db: AuditDB, process_id: str, spark: SparkSession | None = None
-) -> ReconcileResult:
+def reconcile(inv: Invocation, process_id: str) -> ReconcileResult:
     result = ReconcileResult()
+    db = inv.db
     staged = db.files(states=["STAGED"])
     if not staged:
         return result
-    markers = applied_markers(project, spark)
+    markers = applied_markers(inv)
     for rec in staged:
         found = markers.get(rec.content_hash)
         if not found:
@@ -61,13 +55,9 @@ def reconcile(
     return result
 
 
-def table_rows(
-    project: Project, tables: list[str], spark: SparkSession | None = None
-) -> dict[str, int]:
+def table_rows(inv: Invocation, tables: list[str]) -> dict[str, int]:
     """Row counts of destination tables named ``schema.table`` (for the run's summary)."""
-    import re
-
     plain = [
         t for t in tables if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*", t)
     ]
-    return destination_for(project).table_rows(plain, spark)
+    return inv.destination.table_rows(plain, inv.started_spark)

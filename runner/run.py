@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import date
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from audit import AuditDB
 from runner.ingest import IngestResult, ingest
+from runner.invocation import Invocation
 from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import ReconcileResult, reconcile
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = logging.getLogger("runner.run")
 
@@ -48,8 +46,6 @@ def dbt_build(
     """`dbt build` on the project's dbt project and target, in this process. ``phases`` gets
     ``dbt_nodes`` (the nodes' own execution time: the apply) and ``dbt_fixed`` (the rest: parse,
     compile, connections)."""
-    import time
-
     from dbt.cli.main import dbtRunner
 
     start = time.perf_counter()
@@ -95,11 +91,9 @@ def dbt_build(
 
 
 def run(
-    project: Project,
-    db: AuditDB,
+    inv: Invocation,
     process_id: str,
     *,
-    spark: SparkSession,
     landing: list[str] | None = None,
     entity_names: list[str] | None = None,
     min_age_seconds: float = 0.0,
@@ -107,21 +101,21 @@ def run(
     dbt_args: list[str] | None = None,
     progress: Progress | None = None,
     effective_date: date | None = None,
+    recover: bool = True,
 ) -> RunResult:
     ingested = ingest(
-        project,
-        db,
+        inv,
         process_id,
-        spark=spark,
         landing=landing,
         entity_names=entity_names,
         min_age_seconds=min_age_seconds,
         settle_seconds=settle_seconds,
         progress=progress,
         effective_date=effective_date,
+        recover=recover,
     )
     phases = ingested.phases
-    ok, error = dbt_build(project, process_id, dbt_args, phases)
+    ok, error = dbt_build(inv.project, process_id, dbt_args, phases)
     with phases.time("reconcile"):
-        after = reconcile(project, db, process_id, spark)
+        after = reconcile(inv, process_id)
     return RunResult(ingest=ingested, dbt_ok=ok, dbt_error=error, reconcile=after)

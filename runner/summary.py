@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rich.table import Table
+
 from audit import AuditDB
 
 COUNTS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
@@ -103,8 +105,6 @@ def render(summaries: list[EntitySummary], *, rich: bool) -> str | Any:
     """A rich Table (terminal) or aligned plain text (pipes, logs)."""
     rows = table_rows(summaries)
     if rich:
-        from rich.table import Table
-
         table = Table(title="this run, per entity", title_justify="left")
         for i, name in enumerate(HEADER):
             table.add_column(name, justify="left" if i in LEFT else "right")

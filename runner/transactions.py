@@ -6,14 +6,12 @@ or quarantined, read from the group's ledger (the dbt model built by
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.entities import load_entities
 from runner.errors import ConfigError
-from runner.project import IDENTIFIER, Project
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from runner.invocation import Invocation
+from runner.project import IDENTIFIER
 
 LEDGER_COLUMNS = [
     "transaction_id",
@@ -50,14 +48,13 @@ def ledger_name(entity: Any) -> str:
     return name
 
 
-def group_status(project: Project, spark: SparkSession | None = None) -> list[GroupStatus]:
+def group_status(inv: Invocation) -> list[GroupStatus]:
     """Every declared group's status; [] when none is declared (nothing is read then)."""
-    from runner.destinations import destination_for
-
-    groups = [e for e in load_entities(project).values() if e.is_transactions]
+    groups = [e for e in load_entities(inv.project).values() if e.is_transactions]
     if not groups:
         return []
-    dest = destination_for(project)  # a Spark destination starts its session when needed
+    dest = inv.destination  # a Spark destination starts its session when needed
+    spark = inv.started_spark
     out = []
     for g in groups:
         table = ledger_name(g)

@@ -194,7 +194,7 @@ def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:
 def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project the session's SparkSession belongs to (its warehouse and catalog)."""
     root = make_project(tmp_path_factory.mktemp("spark_project"))
-    from runner.spark_session import link_iceberg_jar
+    from runner.destinations.spark.session import link_iceberg_jar
 
     link_iceberg_jar(root)
     return root
@@ -206,12 +206,12 @@ def spark(
 ) -> Iterator[SparkSession]:
     """One local SparkSession for the whole test session, built by the runner's own module;
     everything run in this process (the runner, dbt) gets it back from `getOrCreate()`."""
+    from runner.destinations import destination_for
     from runner.project import Project
-    from runner.spark_session import get_spark
 
     _refuse_in_fast_tier(request, "a SparkSession (Java)")
     project = Project.load(spark_project, target="local")
-    session = get_spark(project, app_name="cdc-tests")
+    session = destination_for(project).spark_session(app_name="cdc-tests")
     yield session
     session.stop()
 
@@ -221,7 +221,7 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
     """A function making a Cli on a fresh project root for a target. In this process (the
     default) its commands share the session's SparkSession, each test in a schema of its own;
     with ``processes=True`` every command is a real process. Schemas are dropped after."""
-    from runner.spark_session import link_iceberg_jar
+    from runner.destinations.spark.session import link_iceberg_jar
 
     def make(
         target: str, without: tuple[str, ...] = (), shop: bool = False, processes: bool = False

@@ -48,6 +48,7 @@ from audit import AuditDB
 from runner.contract import lineage_columns, lineage_on, state_tables
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -98,7 +99,7 @@ def test_apply_equals_the_oracle_and_survives_a_crash_between_merge_and_markers(
         batch = [write(folder / n, rows) for n, rows in files.items()]
         pid = new_process_id()
         db.start_run(pid, "ingest", target)
-        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
+        ingest(Invocation.of(project, db, spark), pid, landing=[str(folder.parent)])
         pids.update({p.name: pid for p in batch})
         return batch
 
@@ -219,7 +220,7 @@ def test_a_target_with_duplicate_keys_is_deduplicated_then_applied_in_one_build(
     def run_ingest() -> None:
         pid = new_process_id()
         db.start_run(pid, "ingest", target)
-        ingest(project, db, pid, spark=spark, landing=[str(landing)])
+        ingest(Invocation.of(project, db, spark), pid, landing=[str(landing)])
 
     warnings: list[str] = []
 
@@ -326,7 +327,7 @@ def test_change_history_with_deletion_records_and_dbt_names(
         good += [write(folder / n, rows) for n, rows in files.items()]
         pid = new_process_id()
         db.start_run(pid, "ingest", "postgres")
-        ingest(project, db, pid, spark=spark, landing=[str(folder.parent)])
+        ingest(Invocation.of(project, db, spark), pid, landing=[str(folder.parent)])
         pids.update({p.name: pid for p in good if p.name not in pids})
         res = dbt_build(
             root / "dbt_project", "postgres", "--select", "+customers_deletions_history"

@@ -21,10 +21,11 @@ from helpers.project import read_table
 
 from audit import AuditDB
 from runner.entities import load_entities
-from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
+from runner.samples.generate import generate_customers
 
 pytestmark = pytest.mark.spark
 
@@ -97,7 +98,7 @@ def test_bad_files_are_quarantined_precisely_and_good_files_under_any_path_are_s
     db.upgrade()
     pid = new_process_id()
     db.start_run(pid, "ingest", target)
-    result = ingest(project, db, pid, spark=spark, landing=[str(landing)])
+    result = ingest(Invocation.of(project, db, spark), pid, landing=[str(landing)])
 
     states = {Path(f.path).name: f for f in db.files()}
     for name, reason in expected.items():

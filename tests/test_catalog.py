@@ -24,7 +24,7 @@ from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
 from helpers.project import CHANGES_HISTORY, REPO
 
-from runner.generate import generate_customers
+from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
 
@@ -118,7 +118,7 @@ def test_a_derby_era_warehouse_is_registered_in_the_jdbc_catalog(spark, tmp_path
     """`runner migrate-catalog`'s work: Iceberg tables laid out as the Hive (Derby) catalog laid
     them out (<warehouse>/<namespace>.db/<table>) are registered with their newest metadata,
     rows and history intact; a second pass registers nothing."""
-    from runner.catalog import migrate_derby
+    from runner.destinations.spark.catalog import migrate_derby
 
     warehouse = tmp_path / "warehouse"
     location = warehouse / "derby_era.db" / "items"

@@ -26,7 +26,7 @@ from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
 from helpers.project import CATALOG_SCHEMAS, CHANGES_HISTORY
 
-from runner.generate import generate_customers
+from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
 

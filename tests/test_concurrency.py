@@ -17,7 +17,7 @@ from helpers.oracles import applied
 from helpers.oracles import customers_oracle as oracle
 from helpers.project import CHANGES_HISTORY
 
-from runner.generate import generate_customers
+from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 

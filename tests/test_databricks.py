@@ -19,10 +19,11 @@ from helpers.project import drop_database, make_project
 
 from audit import AuditDB
 from runner.contract import state_tables
-from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
+from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark]
 SCHEMA = "databricks_stage"
@@ -71,7 +72,7 @@ def test_databricks_staging_runs_here_and_equals_the_oracle(
     def run() -> object:
         pid = new_process_id()
         db.start_run(pid, "ingest", "databricks")
-        return ingest(project, db, pid, spark=spark, landing=[f"file://{landing}"])
+        return ingest(Invocation.of(project, db, spark), pid, landing=[f"file://{landing}"])
 
     first = run()
     assert (first.staged, first.quarantined) == (len(good), 1)  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from audit import AuditDB
 from runner.contract import lineage_columns
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -166,10 +167,8 @@ def test_debezium_envelopes_are_staged_and_bad_ones_quarantined_with_line_and_fi
         pid = new_process_id()
         db.start_run(pid, "ingest", "local")
         ingest(
-            project,
-            db,
+            Invocation.of(project, db, spark),
             pid,
-            spark=spark,
             landing=[str(landing)],
             entity_names=["dbz_orders", "dbz_wrapped"],
         )

@@ -246,7 +246,7 @@ def test_dbt_renders_the_same_lineage_names(tmp_path: Path, pg_url: str) -> None
 def test_generate_is_deterministic_for_a_seed_and_follows_the_shares(tmp_path: Path) -> None:
     import csv
 
-    from runner.generate import GenerateSpec, generate_entity
+    from runner.samples.generate import GenerateSpec, generate_entity
 
     entity = _entity(tmp_path)
     spec = GenerateSpec(initial=200, incremental=1000, files=4, delete_share=0.2, update_share=0.4)
@@ -268,7 +268,7 @@ def test_generate_is_deterministic_for_a_seed_and_follows_the_shares(tmp_path: P
 
 
 def test_a_synthetic_entity_declaration_is_valid_and_matches_its_files(tmp_path: Path) -> None:
-    from runner.generate import (
+    from runner.samples.generate import (
         GenerateSpec,
         generate_entity,
         synthetic_declaration,

@@ -15,6 +15,7 @@ from audit import AuditDB
 from runner.contract import lineage_columns
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -135,10 +136,8 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
         pid = new_process_id()
         db.start_run(pid, "ingest", "local")
         ingest(
-            project,
-            db,
+            Invocation.of(project, db, spark),
             pid,
-            spark=spark,
             landing=[str(landing)],
             entity_names=["orders_json", "orders_parquet", "orders_csvgz"],
         )

@@ -14,10 +14,11 @@ from helpers.project import read_table
 from audit import AuditDB
 from runner.contract import lineage_columns, state_tables
 from runner.entities import load_entities
-from runner.generate import generate_customers
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
+from runner.samples.generate import generate_customers
 
 pytestmark = pytest.mark.spark
 
@@ -85,7 +86,7 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     db.upgrade()
     pid = new_process_id()
     db.start_run(pid, "ingest", "local")
-    result = ingest(project, db, pid, spark=spark, landing=[str(landing)])
+    result = ingest(Invocation.of(project, db, spark), pid, landing=[str(landing)])
 
     states = {Path(f.path).name: f for f in db.files()}
     assert states["copy_of_load.csv"].state == "DUPLICATE"
@@ -119,7 +120,7 @@ def test_ingest_stages_good_files_quarantines_bad_ones_and_is_idempotent(
     # Again: nothing new is registered or staged, and the landing zone was never modified.
     pid2 = new_process_id()
     db.start_run(pid2, "ingest", "local")
-    again = ingest(project, db, pid2, spark=spark, landing=[str(landing)])
+    again = ingest(Invocation.of(project, db, spark), pid2, landing=[str(landing)])
     assert (again.registered, again.staged, again.rows) == (0, 0, 0)
     assert len(
         read_table(target, spark, project, entity.staging_schema, entity.staging_table)
@@ -144,7 +145,7 @@ def test_a_thousand_small_files_are_staged_in_a_handful_of_spark_jobs(
     group = f"many-files-{pid}"
     sc.setJobGroup(group, "1,000 small Files")
     try:
-        result = ingest(project, db, pid, spark=spark, landing=[str(landing)])
+        result = ingest(Invocation.of(project, db, spark), pid, landing=[str(landing)])
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     jobs = sc.statusTracker().getJobIdsForGroup(group)

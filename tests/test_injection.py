@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from helpers.project import CHANGES_HISTORY
 
-from runner.generate import generate_customers
+from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
 

@@ -268,8 +268,8 @@ def expected_table(exp: Expected) -> dict[int, tuple]:
 def extracts(tmp_path: Path) -> list[Path]:
 
     from runner.entities import load_entities
-    from runner.generate import SnapshotSpec, generate_snapshots
     from runner.project import Project
+    from runner.samples.generate import SnapshotSpec, generate_snapshots
 
     entity = load_entities(Project.load(REPO, target="local"))["accounts"]
     spec = SnapshotSpec(initial=30, incremental=32, days=3, seed=5)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from runner.destinations import destination_for
 from runner.project import Project
-from runner.spark_session import spark_conf
 
 pytestmark = pytest.mark.spark
 
 
 def test_runner_session_realises_the_profile_settings(spark, spark_project: Path) -> None:
-    conf = spark_conf(Project.load(spark_project, target="local"))
+    conf = destination_for(Project.load(spark_project, target="local")).spark_conf()
     ctx_conf = dict(spark.sparkContext.getConf().getAll())
     for key, value in conf.items():
         actual = ctx_conf.get(key) or spark.conf.get(key, None)
@@ -61,7 +61,7 @@ def test_runner_and_dbt_read_the_same_profile(spark_project: Path) -> None:
     creds = SparkCredentials.from_dict(
         {k: v for k, v in rendered.items() if k not in ("type", "threads")}
     )
-    assert spark_conf(project) == creds.server_side_parameters
+    assert destination_for(project).spark_conf() == creds.server_side_parameters
     assert all("{{" not in v for v in creds.server_side_parameters.values())
 
 

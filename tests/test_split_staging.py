@@ -17,6 +17,7 @@ from runner.contract import lineage_columns
 from runner.entities import load_entities
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -80,7 +81,7 @@ def test_split_files_keep_row_numbers_duplicates_conflicts_and_bad_rows(
         db.upgrade()
         pid = new_process_id()
         db.start_run(pid, "ingest", "local")
-        ingest(project, db, pid, spark=spark, landing=[str(landing.parent)])
+        ingest(Invocation.of(project, db, spark), pid, landing=[str(landing.parent)])
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", old)
 

@@ -41,6 +41,7 @@ from audit import AuditDB
 from runner.contract import state_tables
 from runner.ids import new_process_id
 from runner.ingest import ingest
+from runner.invocation import Invocation
 from runner.project import Project
 from runner.transactions import group_status
 
@@ -336,10 +337,8 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
         pid = new_process_id()
         db.start_run(pid, "ingest", target)
         ingest(
-            project,
-            db,
+            Invocation.of(project, db, spark),
             pid,
-            spark=spark,
             landing=[str(landing)],
             entity_names=["shop_transactions", "orders", "order_lines"],
         )
@@ -353,7 +352,7 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
         ingest_files,
         build,
         lambda t: read_table(target, spark, project, schema, t),
-        lambda: [g.as_json() for g in group_status(project, spark)],
+        lambda: [g.as_json() for g in group_status(Invocation.of(project, spark=spark))],
     )
     db.dispose()
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # dbt adapter type -> "module:class" (imported on demand: each pulls its own client library).
 DESTINATIONS: dict[str, str] = {
-    "spark": "runner.destinations.spark:SparkDestination",
+    "spark": "runner.destinations.spark.destination:SparkDestination",
     "postgres": "runner.destinations.postgres:PostgresDestination",
     "bigquery": "runner.destinations.bigquery:BigQueryDestination",
     "databricks": "runner.destinations.databricks:DatabricksDestination",

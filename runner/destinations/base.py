@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.contract import lineage_on, state_table
+from runner.destinations.spark.session import DEFAULT_STAGING_CONF, build_session
 from runner.errors import ConfigError
 from runner.fs import FilePath
 
@@ -133,8 +134,6 @@ class Destination:
     def spark_conf(self) -> dict[str, str]:
         """Spark settings for staging: defaults, then runner.yml's ``staging_spark_conf``, then
         its ``targets.<target>.spark_conf``."""
-        from runner.spark_session import DEFAULT_STAGING_CONF
-
         conf = dict(DEFAULT_STAGING_CONF)
         conf.update(self.project.settings.staging_spark_conf)
         extra = self.project.target_setting("spark_conf") or {}
@@ -142,8 +141,6 @@ class Destination:
         return conf
 
     def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
-        from runner.spark_session import build_session
-
         return build_session(self.project, self.spark_conf(), app_name, hive_support=False)
 
     # --- staging --------------------------------------------------------------------------

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import socket
 import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from runner.contract import lineage_columns, state_table
 from runner.destinations.base import (
@@ -73,8 +75,6 @@ def bq_type(spark_type: str) -> tuple[str, int | None, int | None]:
 def check_local_endpoint(target: dict[str, Any]) -> None:
     """A profile whose ``api_endpoint`` is on this machine (the local emulator) must answer:
     Google's client retries a refused connection for ten minutes, which looks like a hang."""
-    import socket
-    from urllib.parse import urlsplit
 
     endpoint = str(target.get("api_endpoint") or "")
     if not endpoint:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.destinations.base import Destination, StagingWriter
-from runner.destinations.spark import (
+from runner.destinations.spark.destination import (
     SparkTableWriter,
     spark_select_rows,
     spark_table_rows,

@@ -23,15 +23,17 @@ is read by many tasks; a File with such records is read whole (``multiLine``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import Entity
 from runner.errors import ConfigError, IntegrityError
-from runner.fs import FilePath, RemoteFile
+from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
     ENVELOPE,
     SEQUENCE_BASE,
@@ -44,7 +46,7 @@ from runner.staging.debezium import (
     sequence_base,
 )
 from runner.staging.row_hash import hash_of
-from runner.staging.validate import read_header, scan_text_file
+from runner.staging.validate import open_binary, read_header, scan_text_file
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -149,8 +151,6 @@ def file_effective_date(
             )
         return given, None
     if eff.file_pattern:
-        import re
-
         m = re.search(eff.file_pattern, name)
         if m is None:
             return None, (
@@ -695,9 +695,6 @@ def _with_tie_break(rows: DataFrame, entity: Entity, ties: bool) -> Column:
 def _uri_spellings(uri: str) -> set[str]:
     """The paths a file URI may stand for: percent-encoded or not, local paths for file:,
     and each scheme spelling of one store (s3a:// and s3://)."""
-    from urllib.parse import unquote, urlsplit
-
-    from runner.fs import same_store_spellings
 
     if uri.startswith("file:"):
         plain = "/" + uri[len("file:") :].lstrip("/")
@@ -735,7 +732,6 @@ def _has_data_rows(path: FilePath, entity: Entity) -> bool:
             with path.open("rb") as handle:
                 return bool(pq.ParquetFile(handle).metadata.num_rows)
         return bool(pq.ParquetFile(path).metadata.num_rows)
-    from runner.staging.validate import open_binary
 
     skip = 1 if entity.format == "csv" and entity.csv_header else 0
     with open_binary(path) as handle:
@@ -751,7 +747,6 @@ def _has_data_rows(path: FilePath, entity: Entity) -> bool:
 def _changed_by_cast(named: str, raw: Column, data_type: str) -> Column:
     """NULL, or why casting ``raw`` to ``data_type`` would store a different value than the File
     holds (Spark rounds 10.005 into decimal(12,2) and truncates 1.5 into int without a word)."""
-    import re
 
     from pyspark.sql import functions as F
 

@@ -8,12 +8,16 @@ re-inserts, several changes per key per File, and rows out of sequence order ins
 from __future__ import annotations
 
 import csv
+import json
 import random
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from runner.entities import DMS_OPERATIONS, Column, EffectiveDate, Entity
 
 HEADER = ["Op", "AR_H_CHANGE_SEQ", "customer_id", "name", "email", "tier", "balance", "updated_at"]
 FIRST = ["Ana", "Björn", "Zoë", "José", "Łukasz", "Siân", "Nguyễn", "O'Brien", "Renée", "Çağla"]
@@ -294,8 +298,6 @@ def synthetic_declaration(name: str, key_columns: int, value_columns: int) -> di
 
 def synthetic_entity(name: str, key_columns: int, value_columns: int) -> Any:
     """The Entity of ``synthetic_declaration``, to generate Files before it is declared."""
-    from runner.entities import DMS_OPERATIONS, Column, Entity
-
     decl = synthetic_declaration(name, key_columns, value_columns)
     cdc = decl["meta"]["cdc"]
     return Entity(
@@ -400,8 +402,6 @@ def _snapshot_key(rng: random.Random, data_type: str, n: int, i: int) -> str:
     t = data_type.lower()
     if t in ("bigint", "int", "integer") or t.startswith("decimal"):
         return str(n * 100 + i)
-    import uuid
-
     return str(uuid.UUID(int=rng.getrandbits(128)))
 
 
@@ -433,8 +433,6 @@ def synthetic_snapshot_declaration(name: str, key_columns: int, value_columns: i
 
 def synthetic_snapshot_entity(name: str, key_columns: int, value_columns: int) -> Any:
     """The Entity of ``synthetic_snapshot_declaration``."""
-    from runner.entities import Column, EffectiveDate, Entity
-
     decl = synthetic_snapshot_declaration(name, key_columns, value_columns)
     cdc = decl["meta"]["cdc"]
     cols = tuple(Column(c["name"], c["data_type"]) for c in decl["columns"])
@@ -485,8 +483,6 @@ def generate_group(
     records of the last ``spec.late`` transactions go to ``late/`` next to the metadata Files,
     which the declared glob does not match: those transactions wait (move the File in to
     release them)."""
-    import json
-
     rng = random.Random(spec.seed)
     members = list(group.members)
     parent = entities[members[0]]

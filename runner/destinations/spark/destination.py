@@ -21,6 +21,7 @@ from runner.destinations.base import (
     manifest_rows,
     staged_types,
 )
+from runner.destinations.spark.session import build_session
 from runner.errors import ConfigError, IntegrityError
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ class SparkDestination(Destination):
         return dict(creds.server_side_parameters)
 
     def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
-        from runner.spark_session import build_session
-
         # enableHiveSupport(), like dbt-spark's session method, so that a dbt run in the same
         # process gets this very session back from getOrCreate().
         return build_session(self.project, self.spark_conf(), app_name, hive_support=True)

@@ -17,11 +17,13 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.destinations.spark.catalog import ensure_schema
 from runner.errors import ConfigError
-from runner.project import Project
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from runner.project import Project
 
 ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 ICEBERG_WHEEL = "snowpark_connect_deps_iceberg"
@@ -96,13 +98,6 @@ def link_jdbc_driver(root: Path) -> Path:
     return link
 
 
-def spark_conf(project: Project) -> dict[str, str]:
-    """The Spark settings for this project's target, as strings."""
-    from runner.destinations import destination_for
-
-    return destination_for(project).spark_conf()
-
-
 def _ensure_runtime(conf: dict[str, str], project: Project) -> None:
     """Check the Iceberg runtime is reachable; re-link the wheel's jar when that is the gap."""
     if "iceberg" in conf.get("spark.jars.packages", ""):
@@ -143,20 +138,11 @@ def check_java() -> str:
     return first
 
 
-def get_spark(project: Project, app_name: str = "cdc-runner") -> SparkSession:
-    """The SparkSession for the project's target (built, or the running one)."""
-    from runner.destinations import destination_for
-
-    return destination_for(project).spark_session(app_name)
-
-
 def build_session(
     project: Project, conf: dict[str, str], app_name: str, *, hive_support: bool
 ) -> SparkSession:
     """Build (or return the running) SparkSession with ``conf``."""
     from pyspark.sql import SparkSession
-
-    from runner.catalog import ensure_schema
 
     _ensure_runtime(conf, project)
     ensure_schema(conf)

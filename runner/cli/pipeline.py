@@ -1,0 +1,309 @@
+"""The pipeline's commands: `status`, `runs`, `ingest`, `reconcile`, `run`, `retry`."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from audit import AuditDB
+from runner import present
+from runner.cli.options import Context, ExitCode, global_options, verbose
+from runner.errors import UsageError
+from runner.ingest import ingest as run_ingest
+from runner.invocation import recorded_run
+from runner.phases import Phases
+from runner.progress import Progress, for_terminal
+from runner.reconcile import reconcile as run_reconcile
+from runner.reconcile import table_rows
+from runner.run import run as run_all
+from runner.summary import summarize
+from runner.transactions import group_status
+
+
+@click.command()
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per File.")
+@click.option("--entity", help="Only this entity's Files.")
+@click.option(
+    "--groups",
+    is_flag=True,
+    help="Only the transaction groups: watermark, held and quarantined transactions (read "
+    "from each group's ledger in the destination).",
+)
+@click.pass_obj
+def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> None:
+    """Show every File the Audit DB knows, with its state, then the transaction groups."""
+    inv = obj.invocation()
+    if groups:
+        found = group_status(inv)
+        if as_json:
+            click.echo(json.dumps([g.as_json() for g in found], indent=None))
+        else:
+            present.print_groups(found)
+        return
+    try:
+        files = inv.db.files(entity=entity)
+        markers = inv.db.file_markers()
+    finally:
+        inv.close()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [present.file_json(f, markers.get(f.id, []), now) for f in files], default=str
+            )
+        )
+        return
+    present.print_status_table(files, markers, now)
+    if entity is None:
+        try:
+            found = group_status(inv)
+        except Exception as exc:  # the Files above stand; the groups need the destination
+            if obj.debug:
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            click.echo(
+                f"transaction groups: not read ({first[:200]}); try `runner status --groups`"
+            )
+            return
+        present.print_groups(found)
+
+
+@click.command()
+@global_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per run.")
+@click.option("--limit", default=20, show_default=True, help="The newest N runs (0: all).")
+@click.pass_obj
+def runs(obj: Context, as_json: bool, limit: int) -> None:
+    """List runs, newest first: command, target, outcome, duration, Files per state."""
+    inv = obj.invocation()
+    try:
+        found = inv.db.runs()
+        moved = inv.db.run_file_counts()
+    finally:
+        inv.close()
+    if obj.target:
+        found = [r for r in found if r["target"] in (None, inv.project.target_name)]
+    found.sort(key=lambda r: r["started_at"], reverse=True)
+    if limit:
+        found = found[:limit]
+    out = present.runs_json(found, moved)
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        present.print_runs(out)
+
+
+def ingest_options(func: Any) -> Any:
+    """The options `ingest` and `run` share."""
+    func = click.option(
+        "--min-age",
+        default=0.0,
+        show_default=True,
+        help="Skip Files modified less than N seconds ago (still being written).",
+    )(func)
+    func = click.option(
+        "--settle",
+        default=0.0,
+        show_default=True,
+        help="List Files twice, N seconds apart; skip those whose size or mtime changed.",
+    )(func)
+    func = click.option(
+        "--entity", "entities", multiple=True, help="Only these entities (repeatable)."
+    )(func)
+    func = click.option(
+        "--effective-date",
+        type=click.DateTime(formats=["%Y-%m-%d"]),
+        default=None,
+        help="Business date of the snapshot Files staged now, for snapshot entities whose "
+        "declaration says `effective_date: option`.",
+    )(func)
+    return click.option(
+        "--landing",
+        multiple=True,
+        type=click.Path(file_okay=False),
+        help="Landing root(s) for this run, instead of runner.yml's landing_roots.",
+    )(func)
+
+
+def _ingest_args(
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
+    effective_date: Any = None,
+) -> dict[str, Any]:
+    return {
+        "landing": list(landing) or None,
+        "entity_names": list(entities) or None,
+        "min_age_seconds": min_age,
+        "settle_seconds": settle,
+        "effective_date": effective_date.date() if effective_date is not None else None,
+    }
+
+
+@click.command()
+@global_options
+@ingest_options
+@click.pass_obj
+def ingest(
+    obj: Context,
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
+    effective_date: Any,
+) -> None:
+    """Reconcile, then find, hash, register and stage new Files.
+
+    Exits 1 when any File was quarantined or failed.
+    """
+    with recorded_run(obj.invocation(), "ingest") as run, closing(for_terminal()) as progress:
+        result = run_ingest(
+            run.inv,
+            run.process_id,
+            progress=progress,
+            recover=False,  # recorded_run did
+            **_ingest_args(landing, entities, settle, min_age, effective_date),
+        )
+        progress.close()
+        bad = present.report_ingest(run.process_id, result)
+        run.outcome = "failed" if bad else "ok"
+        if bad:
+            raise SystemExit(ExitCode.FILES_FAILED)
+
+
+@click.command()
+@global_options
+@click.pass_obj
+def reconcile(obj: Context) -> None:
+    """Mark STAGED Files COMMITTED where the destination holds their Applied File Marker."""
+    with recorded_run(obj.invocation(), "reconcile") as run:
+        result = run_reconcile(run.inv, run.process_id)
+        click.echo(
+            f"process {run.process_id}: {result.committed} Files committed, "
+            f"{result.waiting} staged and waiting for `dbt build`"
+        )
+        run.outcome = "ok"
+
+
+@click.command()
+@global_options
+@ingest_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: counts and phase times.")
+@click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def run(
+    obj: Context,
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
+    effective_date: Any,
+    as_json: bool,
+    dbt_args: tuple[str, ...],
+) -> None:
+    """Reconcile, ingest, `dbt build` and reconcile, in one process.
+
+    Extra arguments after `--` go to `dbt build` (for example `-- --select customers`).
+    Exits 1 when a File was quarantined or failed or dbt failed.
+    """
+    bars = Progress() if as_json else for_terminal()
+    with recorded_run(obj.invocation(), "run") as rec, closing(bars) as progress:
+        started = time.perf_counter()
+        phases = Phases()
+        with phases.time("spark_start"):
+            rec.inv.spark  # noqa: B018 - started here, so its time is its own phase
+        # dbt's own lines only with -v (its errors always reach stderr); with --json they
+        # would break the JSON on stdout.
+        quiet = as_json or not verbose()
+        result = run_all(
+            rec.inv,
+            rec.process_id,
+            dbt_args=[*dbt_args, "--quiet"] if quiet else list(dbt_args),
+            progress=progress,
+            recover=False,  # recorded_run did
+            **_ingest_args(landing, entities, settle, min_age, effective_date),
+        )
+        progress.close()
+        for name, seconds in result.ingest.phases.seconds.items():
+            phases.add(name, seconds)
+        with phases.time("summary"):
+            entities_done = summarize(rec.db, rec.process_id)
+            targets = sorted({t.target_table for e in entities_done for t in e.targets})
+            rows = table_rows(rec.inv, targets)
+            counts = rec.db.counts()
+        rec.outcome = "ok" if result.ok else "failed"
+        present.report_run(
+            rec.process_id,
+            result,
+            entities_done,
+            rows,
+            counts,
+            phases,
+            time.perf_counter() - started,
+            as_json,
+        )
+        if not result.ok:
+            raise SystemExit(ExitCode.FILES_FAILED)
+
+
+@click.command()
+@global_options
+@click.argument("files", nargs=-1)
+@click.option("--failed", is_flag=True, help="Every FAILED File.")
+@click.option("--quarantined", is_flag=True, help="Every QUARANTINED File.")
+@click.option("--entity", help="Only this entity's Files (with --failed or --quarantined).")
+@click.pass_obj
+def retry(
+    obj: Context, files: tuple[str, ...], failed: bool, quarantined: bool, entity: str | None
+) -> None:
+    """Put FAILED or QUARANTINED Files back to PENDING, so the next ingest stages them again.
+
+    FILES are File ids, paths or content hashes (or a unique prefix of 8+ characters), as
+    `runner status` shows them. The change is recorded as an event of each File.
+    """
+    if not files and not failed and not quarantined:
+        raise UsageError("name Files to retry, or use --failed or --quarantined")
+    with recorded_run(obj.invocation(), "retry") as run:
+        ids = [_resolve_file(run.db, ref) for ref in files]
+        states = [s for s, on in (("FAILED", failed), ("QUARANTINED", quarantined)) if on]
+        for file_id in ids:
+            state = run.db.get(file_id).state
+            if state not in ("FAILED", "QUARANTINED"):
+                raise UsageError(
+                    f"File {file_id} is {state}; only FAILED or QUARANTINED Files can be retried"
+                )
+        done = run.db.requeue_many(
+            run.process_id,
+            ids=ids,
+            states=states,
+            entity=entity,
+            reason=f"runner retry by {run.process_id}",
+        )
+        for rec in done:
+            click.echo(f"{rec.id}\t{rec.entity}\t{rec.path}\tPENDING")
+        click.echo(f"process {run.process_id}: {len(done)} File(s) back to PENDING")
+        run.outcome = "ok"
+
+
+def _resolve_file(db: AuditDB, ref: str) -> int:
+    """A File id, path or content hash (prefix of 8+ characters) as a File id."""
+    every = db.files()
+    if ref.isdigit() and any(f.id == int(ref) for f in every):
+        return int(ref)
+    path = str(Path(ref).resolve())
+    hits = [f.id for f in every if f.path in (ref, path)]
+    if not hits and len(ref) >= 8:
+        hits = [f.id for f in every if f.content_hash.startswith(ref.lower())]
+    hits = sorted(set(hits))
+    if len(hits) != 1:
+        found = "no File" if not hits else f"{len(hits)} Files ({', '.join(map(str, hits))})"
+        raise UsageError(f"{ref!r} names {found}; use an id from `runner status`")
+    return hits[0]

@@ -1,0 +1,219 @@
+"""The commands around the pipeline: `init` (a checkout's profiles, jars and Java), `generate`
+(sample Files), `audit upgrade`, and the embedded default's catalog (`drop-catalog`,
+`migrate-catalog`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from audit import AuditDB, redact_url
+from runner.cli.options import Context, global_options
+from runner.destinations.spark.catalog import drop_schema, jdbc_catalogs, migrate_derby
+from runner.destinations.spark.session import check_java, link_iceberg_jar, link_jdbc_driver
+from runner.errors import UsageError
+from runner.samples import write_samples
+
+
+@click.command()
+@global_options
+@click.option("--entity", "entity_name", default="customers", show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    help="Folder to write to (default: <first landing root>/<entity>).",
+)
+@click.option(
+    "--snapshot",
+    is_flag=True,
+    help="Daily full extracts for a snapshot entity (mode: snapshot) instead of DMS changes.",
+)
+@click.option(
+    "--initial",
+    default=1000,
+    show_default=True,
+    help="Rows of the full load (--snapshot: of the first day's extract).",
+)
+@click.option(
+    "--incremental",
+    default=1000,
+    show_default=True,
+    help="Change rows after it (--snapshot: rows of each later day's extract).",
+)
+@click.option("--files", default=10, show_default=True, help="Change Files to spread them over.")
+@click.option("--days", default=3, show_default=True, help="--snapshot: extracts, one a day.")
+@click.option(
+    "--start",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    default="2026-03-01",
+    show_default=True,
+    help="--snapshot: the first extract's date.",
+)
+@click.option("--delete-share", default=0.2, show_default=True)
+@click.option(
+    "--update-share",
+    default=0.4,
+    show_default=True,
+    help="The rest are inserts (--snapshot: the rest of the keys are unchanged).",
+)
+@click.option("--seed", default=7, show_default=True)
+@click.option(
+    "--key-columns",
+    type=int,
+    help="A synthetic entity with this many bigint key columns (not a declared one); "
+    "its declaration is printed so it can be added to the dbt project.",
+)
+@click.option(
+    "--value-columns",
+    type=int,
+    default=6,
+    show_default=True,
+    help="Non-key columns of the synthetic entity.",
+)
+@click.pass_obj
+def generate(
+    obj: Context,
+    entity_name: str,
+    out: str | None,
+    initial: int,
+    incremental: int,
+    files: int,
+    delete_share: float,
+    update_share: float,
+    seed: int,
+    key_columns: int | None,
+    value_columns: int,
+    snapshot: bool,
+    days: int,
+    start: Any,
+) -> None:
+    """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks), or
+    with --snapshot one full extract a day for a snapshot entity."""
+    said = write_samples(
+        obj.invocation().project,
+        entity_name,
+        out,
+        initial=initial,
+        incremental=incremental,
+        files=files,
+        delete_share=delete_share,
+        update_share=update_share,
+        seed=seed,
+        key_columns=key_columns,
+        value_columns=value_columns,
+        snapshot=snapshot,
+        days=days,
+        start=start,
+    )
+    for line in said:
+        click.echo(line)
+
+
+@click.group()
+def audit() -> None:
+    """Manage the Audit DB."""
+
+
+@audit.command("upgrade")
+@global_options
+@click.pass_obj
+def audit_upgrade(obj: Context) -> None:
+    """Create or migrate the Audit DB tables to the newest revision."""
+    inv = obj.invocation()
+    db = AuditDB(inv.audit_url, schema=inv.audit_schema)
+    try:
+        db.upgrade()
+        click.echo(
+            f"Audit DB {redact_url(inv.audit_url)}"
+            + (f" (schema {inv.audit_schema})" if inv.audit_schema else "")
+            + f" is at revision {db.current_revision()}"
+        )
+    finally:
+        db.dispose()
+
+
+@click.command("drop-catalog")
+@global_options
+@click.option("--yes", is_flag=True, help="Really drop it (otherwise: say what would go).")
+@click.pass_obj
+def drop_catalog(obj: Context, yes: bool) -> None:
+    """Drop the target's Spark catalog schema in PostgreSQL (`make clean`, with the warehouse
+    folder): every table and view it lists is forgotten."""
+    conf = obj.invocation().destination.spark_conf()
+    found = jdbc_catalogs(conf)
+    if not found:
+        click.echo("this target has no JDBC catalog on PostgreSQL; nothing to drop")
+        return
+    if not yes:
+        for c in found:
+            click.echo(f"would drop the catalog on {c.where()}")
+        raise UsageError("add --yes to drop it")
+    for where in drop_schema(conf):
+        click.echo(f"dropped the catalog on {where}")
+
+
+@click.command("migrate-catalog")
+@global_options
+@click.option(
+    "--warehouse",
+    type=click.Path(file_okay=False, exists=True),
+    help="The Derby-era warehouse folder (default: <state_dir>/<target>/warehouse).",
+)
+@click.pass_obj
+def migrate_catalog(obj: Context, warehouse: str | None) -> None:
+    """Register the Iceberg tables of a warehouse made under the former Derby metastore in the
+    target's JDBC catalog (views come back with the next `dbt build`)."""
+    inv = obj.invocation()
+    project = inv.project
+    folder = Path(warehouse) if warehouse else project.state_dir / project.target_name / "warehouse"
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: no such warehouse folder")
+    done = migrate_derby(inv.spark, folder)
+    for name in done:
+        click.echo(f"registered {name}")
+    click.echo(f"{len(done)} tables registered from {folder}")
+
+
+@click.command()
+@global_options
+@click.pass_obj
+def init(obj: Context) -> None:
+    """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check."""
+    root = Path(obj.project_dir or ".").resolve()
+    profiles = root / "profiles.yml"
+    example = root / "profiles.example.yml"
+    if not profiles.exists():
+        if not example.exists():
+            raise UsageError(f"{example} is missing; is {root} the repository root?")
+        profiles.write_text(example.read_text())
+        click.echo(f"wrote {profiles} from {example.name}")
+    else:
+        click.echo(f"kept existing {profiles}")
+        if example.exists():
+
+            def targets(path: Path) -> set[str]:
+                data = yaml.safe_load(path.read_text()) or {}
+                return set((data.get("cdc") or {}).get("outputs") or {})
+
+            missing = sorted(targets(example) - targets(profiles))
+            local = ((yaml.safe_load(profiles.read_text()) or {}).get("cdc") or {}).get(
+                "outputs", {}
+            ).get("local") or {}
+            params = local.get("server_side_parameters") or {}
+            if str(params.get("spark.sql.catalog.spark_catalog.type", "")).lower() == "hive":
+                click.echo(
+                    f"note: {profiles.name}'s local target keeps the Derby metastore (one process "
+                    f"at a time); copy the local target of {example.name} over it and run "
+                    "`runner migrate-catalog` (README: The embedded default)"
+                )
+            if missing:
+                click.echo(
+                    f"note: {profiles.name} lacks the target(s) {', '.join(missing)} of "
+                    f"{example.name}; copy them over to use them"
+                )
+    click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
+    click.echo(f"PostgreSQL JDBC driver (Spark catalog): {link_jdbc_driver(root)}")
+    click.echo(f"Java: {check_java()}")

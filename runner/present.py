@@ -1,0 +1,240 @@
+"""What the CLI prints: the Files table of `runner status`, the transaction groups, the runs
+of `runner runs`, the ingest line and the run summary of `runner ingest` and `runner run`, and
+their JSON forms. Plain aligned text when stdout is not a terminal, rich tables when it is."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from audit.store import MARKER_COUNTS
+from runner.summary import render
+
+log = logging.getLogger("runner")
+
+
+def print_groups(found: list[Any]) -> None:
+    """One line per group, then one per held or quarantined transaction."""
+    for g in found:
+        if not g.built:
+            click.echo(f"group {g.group}: ledger {g.ledger} not built yet (run `dbt build`)")
+            continue
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(g.counts.items())) or "no transactions"
+        click.echo(
+            f"group {g.group} ({', '.join(g.members)}): watermark_ms {g.watermark_ms}; {counts}"
+        )
+        for h in g.held:
+            late = " OVERDUE" if h["overdue"] else ""
+            click.echo(
+                f"  held {h['transaction_id']}: {h['staged_events']} of "
+                f"{h['expected_events'] if h['end_ms'] is not None else '?'} events staged, "
+                f"{'ended' if h['end_ms'] is not None else 'no END yet'}, "
+                f"held for {h['held_ms']} ms of source time{late}"
+            )
+        for tx in g.quarantined:
+            click.echo(f"  quarantined {tx}: never ended in time; none of it applied")
+
+
+def file_json(f: Any, markers: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """`runner status --json`: the File's fields, plus its age and its markers' counts."""
+    out: dict[str, Any] = f.as_json()
+    out["age_seconds"] = round((now - f.created_at).total_seconds(), 1)
+    out["markers"] = [
+        {k: m[k] for k in ("target_table", *MARKER_COUNTS, "applied_at", "invocation_id")}
+        for m in markers
+    ]
+    return out
+
+
+def _age(seconds: float) -> str:
+    """3s, 5m, 2h, 4d: how long ago, in one unit."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _applied(markers: list[dict[str, Any]]) -> str:
+    """A File's marker counts: `customers +3 ~1 -0 =2` per target table (inserted, updated,
+    deleted, stale)."""
+    return "; ".join(
+        f"{m['target_table']} +{m['rows_inserted']} ~{m['rows_updated']} "
+        f"-{m['rows_deleted']} ={m['rows_skipped']}"
+        for m in markers
+    )
+
+
+def print_status_table(
+    files: list[Any], markers: dict[int, list[dict[str, Any]]], now: datetime
+) -> None:
+    if not files:
+        click.echo("No Files registered yet. Land Files and run `runner ingest`.")
+        return
+    if not sys.stdout.isatty():  # piped: one tab-separated line per File, nothing wrapped
+        click.echo(
+            "id\tentity\tstate\tattempts\tcontent_hash\tprocess_id\tpath\tlast_error"
+            "\tage_seconds\tapplied"
+        )
+        for f in files:
+            error = (f.last_error or "").replace("\n", " ")
+            age = (now - f.created_at).total_seconds()
+            click.echo(
+                f"{f.id}\t{f.entity}\t{f.state}\t{f.attempts}\t{f.content_hash}\t"
+                f"{f.staged_by or ''}\t{f.path}\t{error}\t{age:.0f}\t"
+                f"{_applied(markers.get(f.id, []))}"
+            )
+        return
+    console = Console()
+    table = Table(
+        title=f"{len(files)} Files (applied: +inserted ~updated -deleted =stale per table)"
+    )
+    for col in ("id", "entity", "path", "state", "attempts", "age", "applied", "reason"):
+        table.add_column(col, overflow="fold")
+    for f in files:
+        table.add_row(
+            str(f.id),
+            f.entity,
+            f.path,
+            f.state,
+            str(f.attempts),
+            _age((now - f.created_at).total_seconds()),
+            _applied(markers.get(f.id, [])),
+            (f.last_error or "")[:120],
+        )
+    console.print(table)
+
+
+# The states `runner runs` names per run (its JSON has every state Files passed through).
+RUN_STATES = ("STAGED", "COMMITTED", "QUARANTINED", "FAILED", "DUPLICATE")
+
+
+def runs_json(found: list[dict[str, Any]], moved: dict[str, Any]) -> list[dict[str, Any]]:
+    """`runner runs --json`: one object per run, with its Files counted per state."""
+    out = []
+    for r in found:
+        totals: dict[str, int] = {}
+        for states in moved.get(r["process_id"], {}).values():
+            for state, n in states.items():
+                totals[state] = totals.get(state, 0) + n
+        end = r["ended_at"]
+        out.append(
+            {
+                "process_id": r["process_id"],
+                "command": r["command"],
+                "target": r["target"],
+                "host": r["host"],
+                "pid": r["pid"],
+                "started_at": r["started_at"].isoformat(),
+                "ended_at": end.isoformat() if end else None,
+                "seconds": round((end - r["started_at"]).total_seconds(), 1) if end else None,
+                "outcome": r["outcome"],
+                "files": totals,
+            }
+        )
+    return out
+
+
+def print_runs(out: list[dict[str, Any]]) -> None:
+    if not out:
+        click.echo("No runs recorded yet.")
+        return
+    for r in out:
+        took = f"{r['seconds']:.1f}s" if r["seconds"] is not None else "-"
+        shown = sorted((s, n) for s, n in r["files"].items() if s in RUN_STATES)
+        files = ", ".join(f"{n} {s}" for s, n in shown) or "no Files"
+        click.echo(
+            f"{r['started_at'][:19]}  {r['command']:<9} {r['target'] or '-':<10} "
+            f"{r['outcome']:<8} {took:>8}  {files}  {r['process_id']}"
+        )
+
+
+def echo_summary(entities: list[Any]) -> None:
+    """The run's per-entity table: rich on a terminal, aligned plain text otherwise."""
+    if not entities:
+        click.echo("nothing staged, applied or quarantined in this run")
+        return
+    if sys.stdout.isatty():
+        Console().print(render(entities, rich=True))
+    else:
+        click.echo(render(entities, rich=False))
+
+
+def report_ingest(process_id: str, result: Any) -> int:
+    for note in result.notes:
+        log.warning(note)
+    click.echo(
+        f"process {process_id}: {result.registered} new Files ({result.duplicates} duplicates), "
+        f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
+        f"{result.failed} failed"
+        + (f"; {result.committed} committed by reconcile" if result.committed else "")
+    )
+    bad = int(result.quarantined + result.failed)
+    if bad:
+        click.echo(
+            f"{result.quarantined} File(s) quarantined and {result.failed} failed; "
+            "see `runner status`",
+            err=True,
+        )
+    return bad
+
+
+def report_run(
+    process_id: str,
+    result: Any,
+    entities_done: list[Any],
+    rows: dict[str, int],
+    counts: dict[str, int],
+    phases: Any,
+    seconds: float,
+    as_json: bool,
+) -> None:
+    """`runner run`'s output: one JSON object, or the ingest line, the summary per entity, the
+    Audit DB's counts, the tables' rows and the time per phase."""
+    if as_json:
+        ing = result.ingest
+        click.echo(
+            json.dumps(
+                {
+                    "process_id": process_id,
+                    "ok": result.ok,
+                    "ingest": {
+                        "registered": ing.registered,
+                        "duplicates": ing.duplicates,
+                        "staged": ing.staged,
+                        "rows": ing.rows,
+                        "quarantined": ing.quarantined,
+                        "failed": ing.failed,
+                    },
+                    "dbt_ok": result.dbt_ok,
+                    "dbt_error": result.dbt_error,
+                    "committed": result.reconcile.committed,
+                    "waiting": result.reconcile.waiting,
+                    "entities": [e.as_json() for e in entities_done],
+                    "tables": rows,
+                    "audit": counts,
+                    "phases": phases.as_json(),
+                    "seconds": round(seconds, 3),
+                },
+                default=str,
+            )
+        )
+    else:
+        report_ingest(process_id, result.ingest)
+        if not result.dbt_ok:
+            click.echo(f"error: {result.dbt_error}", err=True)
+        echo_summary(entities_done)
+        click.echo(
+            f"{result.reconcile.committed} Files committed, {result.reconcile.waiting} "
+            "staged and not applied; Audit DB: "
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        )
+        if rows:
+            click.echo("rows now: " + ", ".join(f"{t} {n}" for t, n in rows.items()))
+        click.echo(f"time: {seconds:.1f}s (" + phases.line() + ")")
