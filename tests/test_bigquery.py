@@ -1,4 +1,5 @@
-"""The bigquery target, live on the local BigQuery emulator, through the real CLI as processes:
+"""The bigquery target, live on the local BigQuery emulator, through the documented commands
+(in this process, tests/helpers/project.py):
 `runner ingest --target bigquery`, `dbt build --target bigquery`, `runner reconcile --target
 bigquery`. The same multi-File scenario as tests/test_apply.py (changes per key, rows out of
 order, deletes, re-inserts, late Files, a duplicate, a broken File, a header-only File, a

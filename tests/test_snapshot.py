@@ -2,8 +2,8 @@
 inserts, updates and deletes by key and row hashes, checked after every run against a plain
 Python expectation that applies the extracts in effective-date order.
 
-Run as a user runs it, as processes (`runner ingest`, `dbt build`, `dbt show`), on local Spark,
-PostgreSQL and BigQuery (the local emulator): two extracts in one run (the intermediate state
+Run through the documented commands (`runner run`, `dbt build`, `dbt show`, in this process),
+on local Spark, PostgreSQL and BigQuery (the local emulator): two extracts in one run (the intermediate state
 counts), a third in the next run, then a late extract older than what was applied (stale:
 nothing changes), then a rerun; the markers' counts each time. Plus the documented hash
 algorithm recomputed here from its description, and the staging errors of snapshot Files.
@@ -328,7 +328,7 @@ def test_daily_extracts_give_the_expected_table_and_counts(
     assert all(exp.counts[day2.name][:3]), exp.counts  # inserts, updates and deletes
     # The next run, then a late extract, older than what was applied, with changed values:
     # stale, it changes nothing. Read back once, after a rerun of the apply (dbt build with
-    # its data tests): one read covers the three (each read is a process: time in CI).
+    # its data tests): one read covers the three.
     run(day3, check=False)
     before = expected_table(exp)
     late = tmp_path / "accounts_2026-03-02_resent.csv"

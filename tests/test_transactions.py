@@ -361,7 +361,7 @@ def test_a_group_applies_exactly_the_complete_transactions_up_to_the_watermark(
 def test_a_group_on_bigquery_through_the_commands(
     tmp_path: Path, cli_project: Callable[..., Cli]
 ) -> None:
-    """The same runs on the BigQuery emulator, as a user types them (processes)."""
+    """The same runs on the BigQuery emulator, through the documented commands."""
     cli = cli_project("bigquery", ("customers_changes_history",), shop=True)
     landing = tmp_path / "landing"
 
