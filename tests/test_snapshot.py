@@ -3,10 +3,11 @@ inserts, updates and deletes by key and row hashes, checked after every run agai
 Python expectation that applies the extracts in effective-date order.
 
 Run through the documented commands (`runner run`, `dbt build`, `dbt show`, in this process),
-on local Spark, PostgreSQL and BigQuery (the local emulator): two extracts in one run (the intermediate state
-counts), a third in the next run, then a late extract older than what was applied (stale:
-nothing changes), then a rerun; the markers' counts each time. Plus the documented hash
-algorithm recomputed here from its description, and the staging errors of snapshot Files.
+on local Spark, PostgreSQL and BigQuery (the local emulator): two extracts in one run (the
+intermediate state counts), a third in the next run, then a late extract older than what was
+applied (stale: nothing changes), then a rerun; the markers' counts each time. Plus the
+documented hash algorithm recomputed here from its description, and the staging errors of
+snapshot Files.
 """
 
 from __future__ import annotations
