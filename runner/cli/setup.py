@@ -74,40 +74,10 @@ from runner.samples import write_samples
     help="Non-key columns of the synthetic entity.",
 )
 @click.pass_obj
-def generate(
-    obj: Context,
-    entity_name: str,
-    out: str | None,
-    initial: int,
-    incremental: int,
-    files: int,
-    delete_share: float,
-    update_share: float,
-    seed: int,
-    key_columns: int | None,
-    value_columns: int,
-    snapshot: bool,
-    days: int,
-    start: Any,
-) -> None:
+def generate(obj: Context, entity_name: str, out: str | None, **options: Any) -> None:
     """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks), or
     with --snapshot one full extract a day for a snapshot entity."""
-    said = write_samples(
-        obj.invocation().project,
-        entity_name,
-        out,
-        initial=initial,
-        incremental=incremental,
-        files=files,
-        delete_share=delete_share,
-        update_share=update_share,
-        seed=seed,
-        key_columns=key_columns,
-        value_columns=value_columns,
-        snapshot=snapshot,
-        days=days,
-        start=start,
-    )
+    said = write_samples(obj.invocation().project, entity_name, out, **options)
     for line in said:
         click.echo(line)
 
