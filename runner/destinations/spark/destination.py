@@ -11,6 +11,8 @@ and data files per write (measured: minutes, and a Hadoop chmod per folder).
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns, state_table
@@ -31,6 +33,41 @@ if TYPE_CHECKING:
 
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+# What Iceberg and Spark say when another writer got there first: a commit that lost the race,
+# or a table created since this writer looked.
+_CONFLICT = re.compile(
+    r"CommitFailedException|ValidationException|conflicting files|already exists", re.I
+)
+
+
+def _create_unless_there(create: Callable[[], object]) -> None:
+    """Create a table that was missing a moment ago; another runner creating it at the same
+    time is no error."""
+    try:
+        create()
+    except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise several types for this
+        if "already exists" not in str(exc).lower():
+            raise
+
+
+def _retry_on_conflict(write: Callable[[], object], attempts: int = 5) -> None:
+    """Run an idempotent write again when a concurrent commit made it fail."""
+    for attempt in range(1, attempts + 1):
+        try:
+            write()
+            return
+        except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise several types for this
+            if attempt == attempts or not _CONFLICT.search(str(exc)):
+                raise
+            time.sleep(0.2 * attempt)
+
+
+def _ensure_namespace(spark: SparkSession, name: str) -> None:
+    """CREATE DATABASE IF NOT EXISTS, where a runner creating it at the same time is no error
+    (the catalog checks, then creates)."""
+    _create_unless_there(lambda: spark.sql(f"CREATE DATABASE IF NOT EXISTS {name}"))
 
 
 def quote(*parts: str) -> str:
@@ -109,7 +146,7 @@ class SparkTableWriter(StagingWriter):
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity, out = batch.entity, batch.rows
         lineage = lineage_columns()
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(entity.staging_schema)[0]}")
+        _ensure_namespace(spark, self._name(entity.staging_schema)[0])
         table, plain = self._name(entity.staging_schema, entity.staging_table)
         created = not spark.catalog.tableExists(plain)
         if created:
@@ -133,7 +170,7 @@ class SparkTableWriter(StagingWriter):
         table, plain = self._name(entity.staging_schema, entity.staging_table)
         if spark.catalog.tableExists(plain):
             return
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(entity.staging_schema)[0]}")
+        _ensure_namespace(spark, self._name(entity.staging_schema)[0])
         # As staging writes them: char(n) and varchar(n) values are Spark strings.
         types = {
             c: re.sub(r"^(var)?char\(\d+\)$", "string", t) for c, t in staged_types(entity).items()
@@ -164,12 +201,14 @@ class SparkTableWriter(StagingWriter):
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
         spec = state_table("staged_files")
         cols = list(spec.columns)
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {self._name(self.state_schema)[0]}")
+        _ensure_namespace(spark, self._name(self.state_schema)[0])
         table, plain = self._name(self.state_schema, spec.identifier)
         rows = [tuple(r[c] for c in cols) for r in manifest_rows(batch)]
         new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
         if not spark.catalog.tableExists(plain):
-            new.limit(0).writeTo(table).using(self.table_format).create()
+            _create_unless_there(
+                lambda: new.limit(0).writeTo(table).using(self.table_format).create()
+            )
         else:  # a table made by an earlier version gains the columns appended since
             have = {c.lower() for c in spark.table(plain).columns}
             missing = [c for c in cols if c.lower() not in have]
@@ -180,9 +219,13 @@ class SparkTableWriter(StagingWriter):
         new.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
         try:
-            spark.sql(
-                f"MERGE INTO {table} t USING {view} s ON {on} "
-                "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            # Runners of other entities write this table too: a MERGE that lost the race to
+            # commit is run again (it is an upsert by key, so running it twice is harmless).
+            _retry_on_conflict(
+                lambda: spark.sql(
+                    f"MERGE INTO {table} t USING {view} s ON {on} "
+                    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+                )
             )
         finally:
             spark.catalog.dropTempView(view)
