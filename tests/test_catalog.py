@@ -138,3 +138,69 @@ def test_a_derby_era_warehouse_is_registered_in_the_jdbc_catalog(spark, tmp_path
     assert migrate_derby(spark, warehouse) == []
     spark.sql("drop table derby_era.items purge")
     spark.sql("drop namespace derby_era")
+
+
+def test_two_writers_of_the_shared_manifest_at_once_both_land(spark) -> None:  # noqa: ANN001
+    """Runners of two entities share the state schema and the staged-files manifest: started
+    together on an empty catalog, both create them and both MERGE their rows, in threads of
+    one SparkContext, each with a session of its own (its own catalog instance and temporary
+    views, as two processes have): the JDBC catalog's commits race as between processes. Every
+    round ends with every File's manifest row, none twice."""
+    import threading
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from helpers.project import drop_database, new_schema
+
+    from runner.destinations.base import FileToStage, StagedBatch
+    from runner.destinations.spark.destination import SparkTableWriter
+
+    schema = new_schema("race")
+    writer = SparkTableWriter("iceberg", state_schema=schema)
+    expected: set[str] = set()
+    try:
+        for round_ in range(4):
+            batches = []
+            for entity in ("customers", "accounts"):
+                files = [
+                    FileToStage(
+                        i, Path(f"{entity}_{round_}_{i}.csv"), f"{entity[0]}{round_}{i}" * 8
+                    )
+                    for i in range(3)
+                ]
+                expected |= {f.content_hash for f in files}
+                batches.append(
+                    StagedBatch(
+                        entity=SimpleNamespace(name=entity),  # type: ignore[arg-type]
+                        rows=None,  # type: ignore[arg-type]
+                        files=files,
+                        counts={f.content_hash: 1 for f in files},
+                        process_id=f"p{round_}",
+                        staged_at=datetime.now(UTC).replace(tzinfo=None),
+                    )
+                )
+            errors: list[BaseException] = []
+            gate = threading.Barrier(2)
+
+            def write(
+                batch: StagedBatch,
+                gate: threading.Barrier = gate,
+                errors: list[BaseException] = errors,
+            ) -> None:
+                gate.wait()
+                try:
+                    writer._manifest(spark.newSession(), batch)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=write, args=(b,)) for b in batches]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=300)
+            assert not errors, [str(e)[:600] for e in errors]
+            rows = spark.sql(f"select file_hash from {schema}.cdc_staged_files").collect()
+            hashes = [r["file_hash"] for r in rows]
+            assert sorted(hashes) == sorted(expected), round_
+    finally:
+        drop_database(spark, schema)

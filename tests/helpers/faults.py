@@ -72,7 +72,7 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
         patch(runner.ingest, "content_hash", _on_call(2, runner.ingest.content_hash, action))
     elif phase == "stage-before-manifest":
         from runner.destinations.postgres import PostgresWriter
-        from runner.destinations.spark import SparkTableWriter
+        from runner.destinations.spark.destination import SparkTableWriter
 
         patch(SparkTableWriter, "_manifest", _on_call(1, SparkTableWriter._manifest, action))
         patch(PostgresWriter, "_load", _on_call(1, PostgresWriter._load, action))
