@@ -81,14 +81,16 @@ def applied(cli: Any, files: list[Path]) -> dict[int, tuple]:
     return as_current(rows)
 
 
-# What a `dbt build` that lost a race to write one Iceberg table says (Iceberg's optimistic
-# commit: the second writer of a table finds the files it read replaced, and fails).
+# What a `dbt build` that lost a race to write one Iceberg table says: Iceberg's optimistic
+# commit (the second writer of a table finds the files it read replaced, and fails), or, when
+# both create the table or view on their first run, the catalog refusing the second create.
 ICEBERG_CONFLICT = (
     "conflicting files",
     "commitfailedexception",
     "validationexception",
     "missing required files to delete",
     "table uuid does not match",
+    "already exists",
 )
 
 
