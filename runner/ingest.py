@@ -200,7 +200,6 @@ class _Stager:
             self.stage(claimed)
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
-
         to_stage = [FileToStage(c.id, as_file(c.path), c.content_hash) for c in files]
         try:
             return stage_entity(

@@ -111,10 +111,11 @@ class Invocation:
         return self._spark
 
     @property
-    def started_spark(self) -> SparkSession | None:
-        """The SparkSession if a step started one (reading markers needs none on PostgreSQL
-        or BigQuery; a Spark destination starts its own when given None)."""
-        return self._spark
+    def reading_spark(self) -> SparkSession | None:
+        """The SparkSession to read the destination with (markers, row counts, ledgers):
+        this invocation's, started here if needed, where the destination reads through Spark;
+        None where it reads with its own client (PostgreSQL, BigQuery)."""
+        return self.spark if self.destination.reads_through_spark else None
 
     def close(self) -> None:
         if self._db is not None:
@@ -129,10 +130,6 @@ class RecordedRun:
     inv: Invocation
     process_id: str
     outcome: str = "error"
-
-    @property
-    def project(self) -> Project:
-        return self.inv.project
 
     @property
     def db(self) -> AuditDB:

@@ -27,9 +27,9 @@ class ReconcileResult:
 
 def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
     """Content hash -> its markers (one per target table), read from the destination (through
-    the invocation's SparkSession where one is needed)."""
+    the invocation's SparkSession where the destination reads through Spark)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for marker in inv.destination.markers(inv.started_spark):
+    for marker in inv.destination.markers(inv.reading_spark):
         out.setdefault(marker["file_hash"], []).append(marker)
     return out
 
@@ -60,4 +60,4 @@ def table_rows(inv: Invocation, tables: list[str]) -> dict[str, int]:
     plain = [
         t for t in tables if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*", t)
     ]
-    return inv.destination.table_rows(plain, inv.started_spark)
+    return inv.destination.table_rows(plain, inv.reading_spark)

@@ -53,8 +53,8 @@ def group_status(inv: Invocation) -> list[GroupStatus]:
     groups = [e for e in load_entities(inv.project).values() if e.is_transactions]
     if not groups:
         return []
-    dest = inv.destination  # a Spark destination starts its session when needed
-    spark = inv.started_spark
+    dest = inv.destination
+    spark = inv.reading_spark
     out = []
     for g in groups:
         table = ledger_name(g)

@@ -15,6 +15,7 @@ import click
 
 from runner.errors import CdcError
 from runner.invocation import Invocation
+from runner.project import Project
 
 log = logging.getLogger("runner")
 
@@ -36,6 +37,10 @@ class Context:
     audit_schema: str | None
     debug: bool
     verbose: bool = False
+
+    def project(self) -> Project:
+        """The project and target alone, for commands that reach no destination."""
+        return Project.load(self.project_dir, self.target, self.profiles_dir)
 
     def invocation(self) -> Invocation:
         """This command's context: project, target, destination, Audit DB location."""

@@ -77,7 +77,7 @@ from runner.samples import write_samples
 def generate(obj: Context, entity_name: str, out: str | None, **options: Any) -> None:
     """Write deterministic DMS-style CSV Files for an entity (tests, demos, benchmarks), or
     with --snapshot one full extract a day for a snapshot entity."""
-    said = write_samples(obj.invocation().project, entity_name, out, **options)
+    said = write_samples(obj.project(), entity_name, out, **options)
     for line in said:
         click.echo(line)
 

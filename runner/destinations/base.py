@@ -112,6 +112,8 @@ class Destination:
     #: How staging learns which File a row came from: ``input_file_name()`` or, where that is
     #: unavailable (Databricks Unity Catalog), the ``_metadata.file_path`` column.
     file_identity: ClassVar[str] = "input_file_name"
+    #: Whether markers, row counts and ledgers are read through the SparkSession.
+    reads_through_spark: ClassVar[bool] = False
 
     def __init__(self, project: Project) -> None:
         self.project = project

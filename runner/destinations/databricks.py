@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 class DatabricksDestination(Destination):
     file_identity: ClassVar[str] = "metadata"
+    reads_through_spark = True
 
     @property
     def catalog(self) -> str | None:

@@ -78,6 +78,8 @@ class SparkDestination(Destination):
     """dbt-spark targets. The profile's ``server_side_parameters`` are THE Spark settings: the
     runner's session and a standalone ``dbt build`` read them from the same place."""
 
+    reads_through_spark = True
+
     def spark_conf(self) -> dict[str, str]:
         from dbt.adapters.spark.connections import SparkCredentials
 
