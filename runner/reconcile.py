@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from audit.models import FileState
+from audit.store import IllegalTransition
 from runner.invocation import Invocation
 
 log = logging.getLogger("runner.reconcile")
@@ -47,9 +49,14 @@ def reconcile(inv: Invocation, process_id: str) -> ReconcileResult:
             result.waiting += 1
             continue
         targets = sorted({m["target_table"] for m in found})
-        db.mark_committed(
-            rec.id, process_id, detail=f"marker in {', '.join(targets)}", markers=found
-        )
+        try:
+            db.mark_committed(
+                rec.id, process_id, detail=f"marker in {', '.join(targets)}", markers=found
+            )
+        except IllegalTransition as exc:
+            if exc.actual != FileState.COMMITTED.value:
+                raise
+            continue  # another runner reconciled it since we read the STAGED Files
         result.committed += 1
         result.targets[rec.path] = sorted(targets)
     return result

@@ -204,3 +204,65 @@ def test_two_writers_of_the_shared_manifest_at_once_both_land(spark) -> None:  #
             assert sorted(hashes) == sorted(expected), round_
     finally:
         drop_database(spark, schema)
+
+
+def test_two_applies_of_different_tables_add_their_markers_at_once(cli_project, spark) -> None:  # noqa: ANN001
+    """The applies of two entities write the shared state tables at once: each adds its
+    Applied File Markers with the package's own MERGE (spark__write_markers_sql) into the
+    markers table as the package creates it, in threads of one SparkContext with a session
+    each (their own catalog instances, as two processes have). Every MERGE lands: a commit by
+    the other table's apply between planning and writing is no error. Two applies of one
+    table adding the same markers still conflict: one fails, no marker is there twice."""
+    import threading
+
+    cli = cli_project("local")
+    spark.sql(f"create namespace if not exists {cli.schema}")  # as `runner ingest` makes it
+    cli("dbt", "run-operation", "cdc.create_state_tables", "--project-dir", "dbt_project")
+    markers = f"{cli.schema}.cdc_applied_files"
+    columns = [c.name for c in spark.table(markers).schema]
+
+    def merge(table: str, file_hash: str) -> str:
+        values = {c: "null" for c in columns}
+        values.update(target_table=f"'{table}'", file_hash=f"'{file_hash}'")
+        select = ", ".join(f"{v} as `{c}`" for c, v in values.items())
+        names = ", ".join(f"`{c}`" for c in columns)
+        return (
+            f"merge into {markers} as m using (select {select}) as n "
+            f"on m.target_table = '{table}' and m.file_hash = n.file_hash "
+            "when matched and 1 = 0 then update set m.file_hash = n.file_hash "
+            f"when not matched then insert ({names}) values "
+            f"({', '.join(f'n.`{c}`' for c in columns)})"
+        )
+
+    def race(tables: tuple[str, str], rounds: int) -> list[str]:
+        errors: list[str] = []
+        gate = threading.Barrier(2)
+
+        def work(table: str) -> None:
+            session = spark.newSession()
+            gate.wait(timeout=300)
+            for i in range(rounds):
+                try:
+                    session.sql(merge(table, f"h{i}"))
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    errors.append(f"{table} h{i}: {str(exc)[:300]}")
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in tables]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        return errors
+
+    assert race(("cdc.customers", "cdc.accounts"), rounds=25) == []
+    rows = spark.sql(f"select target_table, file_hash from {markers}").collect()
+    expected = {(t, f"h{i}") for t in ("cdc.customers", "cdc.accounts") for i in range(25)}
+    assert sorted(tuple(r) for r in rows) == sorted(expected)
+
+    lost = race(("cdc.orders", "cdc.orders"), rounds=5)
+    assert len(lost) >= 1, "two applies of one table added the same markers without a conflict"
+    twice = spark.sql(
+        f"select file_hash from {markers} where target_table = 'cdc.orders' "
+        "group by file_hash having count(*) > 1"
+    ).collect()
+    assert twice == []

@@ -63,9 +63,37 @@
       {%- for col, type in spec.columns.items() %}
       {{ adapter.quote(col) }} {{ cdc.contract_type(type) }}{{ ',' if not loop.last }}
       {%- endfor %}
-    ){{ cdc.table_format_clause() }}
+    ){{ cdc.table_format_clause() }}{{ cdc.state_table_properties_clause() }}
   {%- endset -%}
   {{ return(ddl) }}
+{% endmacro %}
+
+{#- The state tables are shared by the applies of every entity. On Iceberg they are written
+    merge-on-read: a copy-on-write MERGE re-reads the table between planning and its runtime
+    file filter, and fails when another entity's apply committed to it in between (the catalog
+    keeps no table cache, so that long-lived processes see the others' commits). Merge-on-read
+    has no such step and keeps the serializable check: two applies of one table adding the same
+    marker still conflict. The runner creates the staged-files manifest with the same
+    properties (runner/destinations/spark/destination.py, STATE_TABLE_PROPERTIES). -#}
+{% macro state_table_properties() %}
+  {{ return(adapter.dispatch('state_table_properties', 'cdc')()) }}
+{% endmacro %}
+{% macro default__state_table_properties() %}{{ return({}) }}{% endmacro %}
+{% macro spark__state_table_properties() %}
+  {%- if var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return({}) }}{%- endif -%}
+  {{ return({'write.merge.mode': 'merge-on-read', 'write.update.mode': 'merge-on-read',
+             'write.delete.mode': 'merge-on-read'}) }}
+{% endmacro %}
+{% macro databricks__state_table_properties() %}{{ return({}) }}{% endmacro %}
+
+{% macro state_table_properties_clause() %}
+  {%- set props = cdc.state_table_properties() -%}
+  {%- if not props -%}{{ return('') }}{%- endif -%}
+  {%- set pairs = [] -%}
+  {%- for k, v in props.items() | sort -%}
+    {%- do pairs.append(cdc.sql_string(k) ~ ' = ' ~ cdc.sql_string(v)) -%}
+  {%- endfor -%}
+  {{ return(' tblproperties (' ~ pairs | join(', ') ~ ')') }}
 {% endmacro %}
 
 {#- `using iceberg` / `using delta` on Spark destinations; nothing elsewhere. -#}

@@ -36,10 +36,23 @@ _HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 # What Iceberg and Spark say when another writer got there first: a commit that lost the race,
-# or a table created since this writer looked.
+# a table created since this writer looked, or (a copy-on-write table) a commit between the
+# statement's planning and its runtime file filter.
 _CONFLICT = re.compile(
-    r"CommitFailedException|ValidationException|conflicting files|already exists", re.I
+    r"CommitFailedException|ValidationException|conflicting files|already exists"
+    r"|concurrently modified",
+    re.I,
 )
+
+
+# The state tables on Iceberg, as the package's cdc.state_table_properties() makes them: shared
+# by every entity's runner and apply, so written merge-on-read (no copy-on-write runtime filter
+# that fails when another writer committed between planning and writing).
+STATE_TABLE_PROPERTIES = {
+    "write.delete.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+}
 
 
 def _create_unless_there(create: Callable[[], object]) -> None:
@@ -208,9 +221,11 @@ class SparkTableWriter(StagingWriter):
         rows = [tuple(r[c] for c in cols) for r in manifest_rows(batch)]
         new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
         if not spark.catalog.tableExists(plain):
-            _create_unless_there(
-                lambda: new.limit(0).writeTo(table).using(self.table_format).create()
-            )
+            create = new.limit(0).writeTo(table).using(self.table_format)
+            if self.table_format == "iceberg":
+                for key, value in STATE_TABLE_PROPERTIES.items():
+                    create = create.tableProperty(key, value)
+            _create_unless_there(create.create)
         else:  # a table made by an earlier version gains the columns appended since
             have = {c.lower() for c in spark.table(plain).columns}
             missing = [c for c in cols if c.lower() not in have]
