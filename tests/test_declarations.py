@@ -216,6 +216,17 @@ def test_lineage_names_come_from_the_one_contract() -> None:
     assert offenders == []
 
 
+def test_the_audit_db_keeps_the_marker_counts_the_contract_declares() -> None:
+    """`runner status` and the run summary show a marker's counts from the Audit DB's copy; its
+    columns are the contract's cdc_applied_files counts, no more and no fewer."""
+    from audit.store import MARKER_COUNTS
+    from runner.contract import state_table
+
+    declared = [c for c in state_table("applied_files").columns if c.startswith("rows_")]
+    assert declared, "the contract's markers carry row counts"
+    assert sorted(MARKER_COUNTS) == sorted(declared)
+
+
 @pytest.mark.dbt
 @pytest.mark.postgres
 def test_dbt_renders_the_same_lineage_names(tmp_path: Path, pg_url: str) -> None:

@@ -44,19 +44,6 @@ class StagedBatch:
     effective_dates: dict[str, date] = field(default_factory=dict)  # snapshot: hash -> date
 
 
-# What the runner reads of a marker (reconcile, the run summary, runner status).
-MARKER_COLUMNS = (
-    "file_hash",
-    "target_table",
-    "rows_inserted",
-    "rows_updated",
-    "rows_deleted",
-    "rows_skipped",
-    "applied_at",
-    "invocation_id",
-)
-
-
 def staged_types(entity: Entity) -> dict[str, str]:
     """Every column of a staged row -> its Spark SQL type, in order: the entity's declared
     columns, then the contract's staged lineage columns (a destination maps these types)."""
@@ -151,10 +138,11 @@ class Destination:
 
     # --- reading back what dbt wrote ------------------------------------------------------
     def markers(self, spark: SparkSession | None = None) -> list[dict[str, Any]]:
-        """Every Applied File Marker (MARKER_COLUMNS: content hash, target table, row counts,
-        when, by which dbt invocation); [] before the first apply."""
-        table = state_table("applied_files").identifier
-        rows = self.select_rows(self.state_schema, table, list(MARKER_COLUMNS), spark)
+        """Every Applied File Marker, with the contract's cdc_applied_files columns (content
+        hash, target table, row counts, when, by which dbt invocation); [] before the first
+        apply."""
+        spec = state_table("applied_files")
+        rows = self.select_rows(self.state_schema, spec.identifier, list(spec.columns), spark)
         return rows or []
 
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
