@@ -33,8 +33,7 @@
 -#}
 
 {% macro apply_history_statements(ctx) %}
-  {%- set statements = [] -%}
-  {%- for sql in [
+  {{ return(cdc.apply_steps([
       cdc.apply_lock_sql(ctx),
       cdc.apply_batch_files_sql(ctx),
       cdc.apply_history_classify_sql(ctx),
@@ -42,10 +41,7 @@
       cdc.apply_history_deletes_sql(ctx) if ctx.hard_deletes == 'invalidate' or ctx.truncates else '',
       cdc.apply_history_markers_sql(ctx),
       cdc.apply_held_files_sql(ctx),
-  ] if sql | trim -%}
-    {%- do statements.append(sql | trim) -%}
-  {%- endfor -%}
-  {{ return(statements) }}
+  ])) }}
 {% endmacro %}
 
 {% macro apply_history_classify_sql(ctx) %}
@@ -53,23 +49,24 @@
 {% endmacro %}
 {% macro default__apply_history_classify_sql(ctx) %}
   {%- set q, lin = adapter.quote, ctx.lin -%}
-  {%- set k, fh, rn, seq = q('cdc__key_text'), q('cdc__file_hash'), q('cdc__row_number'), q('cdc__sequence') -%}
-  {%- set op = q('cdc__operation') -%}
-  {%- set order = 'partition by ' ~ k ~ ' order by ' ~ seq ~ ', ' ~ fh ~ ', ' ~ rn -%}
+  {#- The event columns of this step's CTEs, quoted once. -#}
+  {%- set key_text, event_file, event_row = q('cdc__key_text'), q('cdc__file_hash'), q('cdc__row_number') -%}
+  {%- set event_sequence, event_operation = q('cdc__sequence'), q('cdc__operation') -%}
+  {%- set order = 'partition by ' ~ key_text ~ ' order by ' ~ event_sequence ~ ', ' ~ event_file ~ ', ' ~ event_row -%}
   {%- set null_time = 'cast(null as ' ~ ctx.time_type ~ ')' -%}
   {%- set null_string = 'cast(null as ' ~ dbt.type_string() ~ ')' -%}
   {%- set in_batch = lin.file_hash ~ ' in (select ' ~ q('file_hash') ~ ' from ' ~ ctx.batch_files ~ ')' -%}
   {%- set sql -%}
     with cdc_new as (
-      select cdc_src.*, {{ cdc._key_text('cdc_src', ctx.key_columns) }} as {{ k }}
+      select cdc_src.*, {{ cdc._key_text('cdc_src', ctx.key_columns) }} as {{ key_text }}
       from {{ ctx.source }} as cdc_src
       where cdc_src.{{ in_batch }}{% if ctx.truncates %} and cdc_src.{{ lin.operation }} <> 'T'{% endif %}
     ),
     {%- if ctx.truncates %}
     cdc_truncates as (
       {#- Truncates are events of every key: the table's earlier ones, and the batch's. #}
-      select cast(cdc_del.{{ q('sequence_text') }} as {{ ctx.sequence_type }}) as {{ seq }},
-        cdc_del.{{ q('file_hash') }} as {{ fh }}, cdc_del.{{ q('file_row_number') }} as {{ rn }},
+      select cast(cdc_del.{{ q('sequence_text') }} as {{ ctx.sequence_type }}) as {{ event_sequence }},
+        cdc_del.{{ q('file_hash') }} as {{ event_file }}, cdc_del.{{ q('file_row_number') }} as {{ event_row }},
         cast(cdc_del.{{ q('valid_from_text') }} as {{ ctx.time_type }}) as {{ q('cdc__time') }},
         cdc_del.{{ q('process_id') }} as {{ q('cdc__process_id') }}, 0 as {{ q('cdc__is_new') }}
       from {{ ctx.history_deletes }} as cdc_del
@@ -83,8 +80,8 @@
     {%- endif %}
     cdc_keys as (
       {%- if ctx.truncates %}
-      select distinct cdc_some.{{ k }} from (
-        select {{ k }} from cdc_new
+      select distinct cdc_some.{{ key_text }} from (
+        select {{ key_text }} from cdc_new
         union all
         {#- A truncate in the batch closes every key's open version: all keys take part. #}
         select {{ cdc._key_text('cdc_all', ctx.key_columns) }} from {{ ctx.target }} as cdc_all
@@ -93,19 +90,19 @@
         ) as cdc_any on cdc_any.cdc_n > 0
       ) as cdc_some
       {%- else %}
-      select distinct {{ k }} from cdc_new
+      select distinct {{ key_text }} from cdc_new
       {%- endif %}
     ),
     cdc_events as (
-      select {{ cdc._key_text('cdc_dest', ctx.key_columns) }} as {{ k }},
-        cdc_dest.{{ lin.sequence }} as {{ seq }}, cdc_dest.{{ lin.file_hash }} as {{ fh }},
-        cdc_dest.{{ lin.row_number }} as {{ rn }}, cdc_dest.{{ lin.operation }} as {{ op }},
+      select {{ cdc._key_text('cdc_dest', ctx.key_columns) }} as {{ key_text }},
+        cdc_dest.{{ lin.sequence }} as {{ event_sequence }}, cdc_dest.{{ lin.file_hash }} as {{ event_file }},
+        cdc_dest.{{ lin.row_number }} as {{ event_row }}, cdc_dest.{{ lin.operation }} as {{ event_operation }},
         cdc_dest.{{ lin.valid_from }} as {{ q('cdc__time') }}, cdc_dest.{{ lin.process_id }} as {{ q('cdc__process_id') }},
         0 as {{ q('cdc__is_new') }}, 1 as {{ q('cdc__in_target') }},
         cdc_dest.{{ lin.valid_to }} as {{ q('cdc__old_to') }}, cdc_dest.{{ lin.closed_process_id }} as {{ q('cdc__old_closed') }}
         {%- for p in ctx.partial %}, cdc_dest.{{ p.column }} as {{ p.value }}{% endfor %}
       from {{ ctx.target }} as cdc_dest
-      where {{ cdc._key_text('cdc_dest', ctx.key_columns) }} in (select {{ k }} from cdc_keys)
+      where {{ cdc._key_text('cdc_dest', ctx.key_columns) }} in (select {{ key_text }} from cdc_keys)
       union all
       select cdc_del.{{ q('key_text') }}, cast(cdc_del.{{ q('sequence_text') }} as {{ ctx.sequence_type }}),
         cdc_del.{{ q('file_hash') }}, cdc_del.{{ q('file_row_number') }}, 'D',
@@ -114,17 +111,17 @@
         {%- for p in ctx.partial %}, null{% endfor %}
       from {{ ctx.history_deletes }} as cdc_del
       where cdc_del.{{ q('target_table') }} = {{ ctx.this_table }}
-        and cdc_del.{{ q('key_text') }} in (select {{ k }} from cdc_keys)
+        and cdc_del.{{ q('key_text') }} in (select {{ key_text }} from cdc_keys)
       {%- if ctx.truncates %}
       union all
-      select cdc_keys.{{ k }}, cdc_truncates.{{ seq }}, cdc_truncates.{{ fh }}, cdc_truncates.{{ rn }}, 'T',
+      select cdc_keys.{{ key_text }}, cdc_truncates.{{ event_sequence }}, cdc_truncates.{{ event_file }}, cdc_truncates.{{ event_row }}, 'T',
         cdc_truncates.{{ q('cdc__time') }}, cdc_truncates.{{ q('cdc__process_id') }},
         cdc_truncates.{{ q('cdc__is_new') }}, 0, {{ null_time }}, {{ null_string }}
         {%- for p in ctx.partial %}, null{% endfor %}
       from cdc_keys cross join cdc_truncates
       {%- endif %}
       union all
-      select cdc_new.{{ k }}, cdc_new.{{ lin.sequence }}, cdc_new.{{ lin.file_hash }}, cdc_new.{{ lin.row_number }},
+      select cdc_new.{{ key_text }}, cdc_new.{{ lin.sequence }}, cdc_new.{{ lin.file_hash }}, cdc_new.{{ lin.row_number }},
         cdc_new.{{ lin.operation }}, cdc_new.{{ ctx.valid_from }}, cdc_new.{{ lin.process_id }},
         1, 0, {{ null_time }}, {{ null_string }}
         {%- for p in ctx.partial %}, cdc_new.{{ p.column }}{% endfor %}
@@ -134,7 +131,7 @@
       {#- A change already applied (a replay after a crash) is kept once: the applied copy. #}
       select cdc_events.*,
         row_number() over (
-          partition by cdc_events.{{ k }}, cdc_events.{{ fh }}, cdc_events.{{ rn }}
+          partition by cdc_events.{{ key_text }}, cdc_events.{{ event_file }}, cdc_events.{{ event_row }}
           order by cdc_events.{{ q('cdc__is_new') }}
         ) as {{ q('cdc__copy') }}
       from cdc_events
@@ -143,7 +140,7 @@
       {#- Partial updates: a segment of a key's events starts at each insert, delete or
           truncate; within it, an unchanged (NULL) column takes the last value set before. #}
       select cdc_once.*,
-        sum(case when cdc_once.{{ op }} in ('I', 'D', 'T') then 1 else 0 end) over (
+        sum(case when cdc_once.{{ event_operation }} in ('I', 'D', 'T') then 1 else 0 end) over (
           {{ order }} rows between unbounded preceding and current row) as {{ q('cdc__segment') }}
       from cdc_once
       where cdc_once.{{ q('cdc__copy') }} = 1
@@ -152,7 +149,7 @@
       select cdc_segments.*
         {%- for p in ctx.partial %},
         count(cdc_segments.{{ p.value }}) over (
-          partition by {{ k }}, {{ q('cdc__segment') }} order by {{ seq }}, {{ fh }}, {{ rn }}
+          partition by {{ key_text }}, {{ q('cdc__segment') }} order by {{ event_sequence }}, {{ event_file }}, {{ event_row }}
           rows between unbounded preceding and current row) as {{ q('cdc__set' ~ loop.index) }}
         {%- endfor %}
       from cdc_segments
@@ -160,8 +157,8 @@
     select cdc_once.*,
       {%- for p in ctx.partial %}
       first_value(cdc_once.{{ p.value }}) over (
-        partition by {{ k }}, {{ q('cdc__segment') }}, {{ q('cdc__set' ~ loop.index) }}
-        order by {{ seq }}, {{ fh }}, {{ rn }} rows between unbounded preceding and current row
+        partition by {{ key_text }}, {{ q('cdc__segment') }}, {{ q('cdc__set' ~ loop.index) }}
+        order by {{ event_sequence }}, {{ event_file }}, {{ event_row }} rows between unbounded preceding and current row
       ) as {{ p.fill }},
       {%- endfor %}
       {{ cdc._valid_to_or_current(ctx, 'lead(cdc_once.' ~ q('cdc__time') ~ ') over (' ~ order ~ ')') }} as {{ q('cdc__valid_to') }},
@@ -286,17 +283,17 @@
 {% endmacro %}
 {% macro default__apply_history_markers_sql(ctx) %}
   {%- set q = adapter.quote -%}
-  {%- set op = q('cdc__operation') -%}
+  {%- set event_operation = q('cdc__operation') -%}
   {%- set joins -%}
     left join (
       select
         {{ q('cdc__file_hash') }} as cdc_file_hash,
-        sum(case when {{ op }} = 'I' then 1 else 0 end) as n_insert,
-        sum(case when {{ op }} = 'U' then 1 else 0 end) as n_update,
-        sum(case when {{ op }} = 'D' then 1 else 0 end) as n_delete,
+        sum(case when {{ event_operation }} = 'I' then 1 else 0 end) as n_insert,
+        sum(case when {{ event_operation }} = 'U' then 1 else 0 end) as n_update,
+        sum(case when {{ event_operation }} = 'D' then 1 else 0 end) as n_delete,
         count(*) as n_new
       from {{ ctx.batch }}
-      where {{ q('cdc__is_new') }} = 1 and {{ op }} <> 'T'
+      where {{ q('cdc__is_new') }} = 1 and {{ event_operation }} <> 'T'
       group by {{ q('cdc__file_hash') }}
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- if ctx.truncates %}

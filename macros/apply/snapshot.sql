@@ -32,18 +32,14 @@
 -#}
 
 {% macro apply_snapshot_statements(ctx) %}
-  {%- set statements = [] -%}
-  {%- for sql in [
+  {{ return(cdc.apply_steps([
       cdc.apply_lock_sql(ctx),
       cdc.apply_dedupe_target_sql(ctx),
       cdc.apply_snapshot_files_sql(ctx),
       cdc.apply_snapshot_classify_sql(ctx),
       cdc.apply_snapshot_history_sql(ctx) if ctx.history else cdc.apply_snapshot_merge_sql(ctx),
       cdc.apply_snapshot_markers_sql(ctx),
-  ] if sql | trim -%}
-    {%- do statements.append(sql | trim) -%}
-  {%- endfor -%}
-  {{ return(statements) }}
+  ])) }}
 {% endmacro %}
 
 {% macro apply_snapshot_files_sql(ctx) %}

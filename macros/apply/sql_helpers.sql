@@ -1,0 +1,90 @@
+{#- Small SQL pieces the apply paths (current state, history, snapshot, transactions) share:
+    resetting a target's state, open history rows, key text, scratch tables, the time now. -#}
+
+{#- Statements that forget this target's markers and tombstones: before (re)creating it. -#}
+{% macro reset_statements(target_name) %}
+  {%- set where = ' where ' ~ adapter.quote('target_table') ~ ' = ' ~ cdc.sql_string(target_name) -%}
+  {{ return([
+      'delete from ' ~ cdc.state_relation('applied_files') ~ where,
+      'delete from ' ~ cdc.state_relation('tombstones') ~ where,
+      'delete from ' ~ cdc.state_relation('history_deletes') ~ where,
+      'delete from ' ~ cdc.state_relation('held_files') ~ where,
+  ]) }}
+{% endmacro %}
+
+{#- A history row is open (current) when its valid_to is NULL or dbt_valid_to_current. -#}
+{% macro _is_open(alias, valid_to, valid_to_current) -%}
+  {%- if valid_to_current -%}
+    ({{ alias }}.{{ valid_to }} is null or {{ alias }}.{{ valid_to }} = {{ valid_to_current }})
+  {%- else -%}
+    {{ alias }}.{{ valid_to }} is null
+  {%- endif -%}
+{%- endmacro %}
+
+{#- A version's valid_to: `expr`, or dbt_valid_to_current when `expr` is NULL (still open). -#}
+{% macro _valid_to_or_current(ctx, expr) -%}
+  {%- if ctx.valid_to_current -%}coalesce({{ expr }}, {{ ctx.valid_to_current }}){%- else -%}{{ expr }}{%- endif -%}
+{%- endmacro %}
+
+{#- A key as one string: each part length-prefixed, so ('a|b', 'c') and ('a', 'b|c') differ. -#}
+{% macro _key_text(alias, keys) %}
+  {%- set s = dbt.type_string() -%}
+  {%- for k in keys -%}
+    cast(length(cast({{ alias }}.{{ k }} as {{ s }})) as {{ s }}) || ':' || cast({{ alias }}.{{ k }} as {{ s }})
+    {{- " || '|' || " if not loop.last }}
+  {%- endfor -%}
+{% endmacro %}
+
+{#- The select that creates an apply model's table empty, with the apply-only columns (and a
+    history model's validity columns, typed as the sequence). -#}
+{% macro empty_target_select(sql) %}
+  {%- set history = cdc.is_history_model() -%}
+  {%- set hist = cdc.history_settings() if history else {} -%}
+  {%- set seq = 'cdc_model.' ~ adapter.quote(hist.get('valid_from') or cdc.lineage_columns().sequence) -%}
+  select cdc_model.*
+    {%- for col in cdc.lineage_on('applied') + (cdc.lineage_on('history') if history else []) %},
+    {%- set name = hist.names.get(col.key, col.name) if history else col.name %}
+    {%- if col.type == 'sequence' %}
+    nullif({{ seq }}, {{ seq }}) as {{ adapter.quote(name) }}  {#- NULL, typed as the sequence (or valid_from) #}
+    {%- else %}
+    cast(null as {{ cdc.contract_type(col.type) }}) as {{ adapter.quote(name) }}
+    {%- endif %}
+    {%- endfor %}
+  from (
+    {{ sql }}
+  ) as cdc_model
+  where 1 = 0
+{% endmacro %}
+
+{#- Scratch tables for one apply: real tables on Spark destinations, temporary elsewhere. -#}
+{% macro scratch_relation(target, suffix) %}
+  {{ return(adapter.dispatch('scratch_relation', 'cdc')(target, suffix)) }}
+{% endmacro %}
+{% macro default__scratch_relation(target, suffix) %}
+  {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_' ~ suffix, type='table')) }}
+{% endmacro %}
+{% macro spark__scratch_relation(target, suffix) %}
+  {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix})) }}
+{% endmacro %}
+
+{% macro create_scratch_sql(relation, sql) %}
+  {{ return(adapter.dispatch('create_scratch_sql', 'cdc')(relation, sql)) }}
+{% endmacro %}
+{% macro default__create_scratch_sql(relation, sql) %}
+  {{ return('create temporary table ' ~ relation ~ ' as ' ~ sql) }}
+{% endmacro %}
+{% macro postgres__create_scratch_sql(relation, sql) %}
+  {{ return('create temporary table ' ~ relation ~ ' on commit drop as ' ~ sql) }}
+{% endmacro %}
+{% macro bigquery__create_scratch_sql(relation, sql) %}
+  {{ return('create temp table ' ~ relation ~ ' as ' ~ sql) }}
+{% endmacro %}
+{% macro spark__create_scratch_sql(relation, sql) %}
+  {{ return('create or replace table ' ~ relation ~ cdc.table_format_clause() ~ ' as ' ~ sql) }}
+{% endmacro %}
+
+{% macro now_utc() %}
+  {{ return(adapter.dispatch('now_utc', 'cdc')()) }}
+{% endmacro %}
+{% macro default__now_utc() %}{{ return(dbt.current_timestamp()) }}{% endmacro %}
+{% macro postgres__now_utc() %}{{ return("(now() at time zone 'utc')") }}{% endmacro %}
