@@ -88,7 +88,6 @@ def ingest(
             result.notes.append(f"run {pid} had stopped without ending; closed as aborted")
         for rec in recovery.reclaimed:
             result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
-    spark = inv.spark
     found: dict[str, list[LandedFile]] = {}
     with phases.time("discover"):
         for entity in chosen:
@@ -106,10 +105,17 @@ def ingest(
         progress.start("hash", entity.name, len(files))
         with phases.time("hash"):
             _register(db, entity, files, process_id, result, progress)
+    waiting = [e for e in chosen if db.files(entity=e.name, states=["PENDING"])]
+    if not waiting:
+        return result  # nothing to stage: no SparkSession is started
+    with phases.time("spark_start"):
+        spark = inv.spark
+    for entity in chosen:
         with phases.time("stage"):
             stager = _Stager(spark, db, entity, process_id, destination, result, progress)
             stager.effective_date = effective_date
-            stager.pending()
+            if entity in waiting:
+                stager.pending()
             # An entity no File has arrived for still gets its (empty) staging table, so that
             # `dbt build` can build its models.
             stager.writer.ensure_table(spark, entity)

@@ -185,6 +185,19 @@ def report_ingest(process_id: str, result: Any) -> int:
     return bad
 
 
+def describe_build(result: Any) -> str:
+    """What `dbt build` ran and why: ``dbt build for customers (2 Files): 3 models, 1
+    snapshot, 4 tests``."""
+    why = ", ".join(f"{e} ({n} File{'s' if n != 1 else ''})" for e, n in result.to_apply.items())
+    kinds: dict[str, int] = {}
+    for node in result.built:
+        kind = node.split(".", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    ran = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in sorted(kinds.items()))
+    scope = "" if result.selected else " (your --select)"
+    return f"dbt build for {why}{scope}: {ran or 'nothing ran'}"
+
+
 def report_run(
     process_id: str,
     result: Any,
@@ -212,8 +225,12 @@ def report_run(
                         "quarantined": ing.quarantined,
                         "failed": ing.failed,
                     },
+                    "nothing_new": result.nothing_new,
                     "dbt_ok": result.dbt_ok,
                     "dbt_error": result.dbt_error,
+                    "to_apply": result.to_apply,
+                    "selected": result.selected,
+                    "built": result.built,
                     "committed": result.reconcile.committed,
                     "waiting": result.reconcile.waiting,
                     "entities": [e.as_json() for e in entities_done],
@@ -227,6 +244,10 @@ def report_run(
         )
     else:
         report_ingest(process_id, result.ingest)
+        if result.nothing_new:
+            click.echo("nothing new: no File to stage or apply; Spark and dbt not started")
+        else:
+            click.echo(describe_build(result))
         if not result.dbt_ok:
             click.echo(f"error: {result.dbt_error}", err=True)
         echo_summary(entities_done)

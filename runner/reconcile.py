@@ -67,4 +67,6 @@ def table_rows(inv: Invocation, tables: list[str]) -> dict[str, int]:
     plain = [
         t for t in tables if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*", t)
     ]
+    if not plain:
+        return {}  # nothing to count: no SparkSession is started for it
     return inv.destination.table_rows(plain, inv.reading_spark)

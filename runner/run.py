@@ -1,5 +1,10 @@
 """`runner run`: reconcile, ingest, `dbt build`, reconcile, in one process and one SparkSession.
 
+A run builds only what its Files touch: `dbt build --select` the sources of the entities with
+staged, unapplied Files and everything downstream of them (their apply models, change history,
+snapshots, transaction ledgers and members, tests), unless the user's own arguments select.
+With nothing to stage and nothing waiting for an apply, neither Spark nor dbt is started.
+
 dbt runs in-process (``dbtRunner``); on a Spark target dbt-spark's session method gets the
 runner's SparkSession back from ``getOrCreate()``, so the JVM starts once. The runner's
 process_id is passed to dbt in the ``CDC_PROCESS_ID`` environment variable (not a ``--vars``
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from runner.entities import load_entities
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
 from runner.phases import Phases
@@ -31,6 +37,14 @@ class RunResult:
     dbt_ok: bool
     dbt_error: str | None
     reconcile: ReconcileResult = field(default_factory=ReconcileResult)
+    # Why dbt ran: entity -> its STAGED Files waiting for an apply (empty: dbt did not run).
+    to_apply: dict[str, int] = field(default_factory=dict)
+    selected: list[str] = field(default_factory=list)  # the --select the runner gave dbt
+    built: list[str] = field(default_factory=list)  # the dbt nodes run: "model.customers", ...
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.to_apply
 
     @property
     def ok(self) -> bool:
@@ -42,10 +56,11 @@ def dbt_build(
     process_id: str,
     args: list[str] | None = None,
     phases: Phases | None = None,
+    built: list[str] | None = None,
 ) -> tuple[bool, str | None]:
     """`dbt build` on the project's dbt project and target, in this process. ``phases`` gets
     ``dbt_nodes`` (the nodes' own execution time: the apply) and ``dbt_fixed`` (the rest: parse,
-    compile, connections)."""
+    compile, connections); ``built`` gets the nodes dbt ran, as ``<resource type>.<name>``."""
     from dbt.cli.main import dbtRunner
 
     start = time.perf_counter()
@@ -69,6 +84,12 @@ def dbt_build(
             os.environ.pop("CDC_PROCESS_ID", None)
         else:
             os.environ["CDC_PROCESS_ID"] = before
+    if built is not None:
+        built.extend(
+            f"{r.node.resource_type}.{r.node.name}"
+            for r in getattr(res.result, "results", None) or []
+            if getattr(r, "node", None) is not None
+        )
     if phases is not None:
         total = time.perf_counter() - start
         nodes = sum(
@@ -115,7 +136,58 @@ def run(
         recover=recover,
     )
     phases = ingested.phases
-    ok, error = dbt_build(inv.project, process_id, dbt_args, phases)
+    chosen = entity_names or sorted(load_entities(inv.project))
+    to_apply = waiting_for_apply(inv, chosen)
+    if not to_apply:
+        return RunResult(ingest=ingested, dbt_ok=True, dbt_error=None)
+    args = list(dbt_args or [])
+    selected: list[str] = []
+    if not _selects(args):
+        selected = selectors(inv.project, sorted(to_apply))
+        args += ["--select", *selected]
+    if inv.destination.reads_through_spark:
+        with phases.time("spark_start"):
+            inv.spark  # noqa: B018 - dbt gets this session back from getOrCreate()
+    built: list[str] = []
+    ok, error = dbt_build(inv.project, process_id, args, phases, built)
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
-    return RunResult(ingest=ingested, dbt_ok=ok, dbt_error=error, reconcile=after)
+    return RunResult(
+        ingest=ingested,
+        dbt_ok=ok,
+        dbt_error=error,
+        reconcile=after,
+        to_apply=to_apply,
+        selected=selected,
+        built=built,
+    )
+
+
+def waiting_for_apply(inv: Invocation, entity_names: list[str]) -> dict[str, int]:
+    """Entity -> its STAGED Files (staged, not yet applied), for the chosen entities."""
+    out: dict[str, int] = {}
+    for rec in inv.db.files(states=["STAGED"]):
+        if rec.entity in entity_names:
+            out[rec.entity] = out.get(rec.entity, 0) + 1
+    return out
+
+
+def selectors(project: Project, entity_names: list[str]) -> list[str]:
+    """dbt selectors for what the entities' Files touch: each entity's source and everything
+    downstream of it. A member of a transaction group adds its group's transaction metadata
+    entity (whose ledger decides what the member may apply)."""
+    entities = load_entities(project)
+    names = set(entity_names)
+    for name in entity_names:
+        group = entities[name].transactions
+        if group:
+            names.add(group)
+    return [f"source:{entities[n].source}.{n}+" for n in sorted(names)]
+
+
+_SELECTING = ("--select", "-s", "--selector", "-m", "--models")
+
+
+def _selects(args: list[str]) -> bool:
+    """Whether the user's own dbt arguments choose what to build (theirs then win)."""
+    return any(a in _SELECTING or a.split("=", 1)[0] in _SELECTING for a in args)

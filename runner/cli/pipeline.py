@@ -218,8 +218,6 @@ def run(
     with recorded_run(obj.invocation(), "run") as rec, closing(bars) as progress:
         started = time.perf_counter()
         phases = Phases()
-        with phases.time("spark_start"):
-            rec.inv.spark  # noqa: B018 - started here, so its time is its own phase
         # dbt's own lines only with -v (its errors always reach stderr); with --json they
         # would break the JSON on stdout.
         quiet = as_json or not verbose()

@@ -1,0 +1,122 @@
+"""A run costs what its new Files cost. With nothing to stage and nothing waiting for an apply,
+`runner run` starts no JVM and no dbt and changes no table (run as a process whose Java does not
+exist: starting Spark would fail it). With new Files for one entity, dbt builds that entity's
+source and what depends on it, and nothing of the other entities (dbt's own run results,
+against dbt's own lineage graph); the tables equal the fold of the landing Files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from helpers.oracles import customers_oracle, shown_customers
+from helpers.project import CHANGES_HISTORY, REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+
+
+def _snapshots(spark, schema: str) -> dict[str, int]:  # noqa: ANN001
+    """Each Iceberg table of the schema -> its current snapshot id (what any write changes)."""
+    out = {}
+    for row in spark.sql(f"show tables in {schema}").collect():
+        name = f"{schema}.{row['tableName']}"
+        if row["isTemporary"]:
+            continue
+        try:
+            latest = spark.sql(
+                f"select snapshot_id from {name}.snapshots order by committed_at desc limit 1"
+            ).first()
+        except Exception:  # noqa: BLE001 - a view has no snapshots
+            continue
+        out[name] = latest[0] if latest else None
+    return out
+
+
+def test_a_run_with_nothing_new_starts_no_spark_no_dbt_and_changes_nothing(
+    cli_project,  # noqa: ANN001
+    spark,  # noqa: ANN001
+) -> None:
+    cli = cli_project("local", without=CHANGES_HISTORY)
+    shutil.copytree(REPO / "landing" / "customers", cli.root / "landing" / "customers")
+    cli.runner("run", "--landing", "landing")
+    before = _snapshots(spark, cli.schema)
+    assert f"{cli.schema}.customers" in before
+    results = cli.root / "dbt_project" / "target" / "run_results.json"
+    results_before = results.read_bytes()
+
+    # A process that cannot start Java: a SparkSession would fail it with exit 2.
+    env = dict(cli.env, JAVA_HOME="/nonexistent/java")
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "java").exists())
+    for args in (["run", "--landing", "landing"], ["run", "--landing", "landing", "--json"]):
+        out = subprocess.run(
+            ["runner", *args, "--target", "local"],
+            cwd=cli.root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        if "--json" in args:
+            summary = json.loads(out.stdout)
+            assert summary["nothing_new"] is True and summary["built"] == [], summary
+            assert "dbt_nodes" not in summary["phases"], summary["phases"]
+        else:
+            assert "nothing new" in out.stdout, out.stdout
+    assert results.read_bytes() == results_before, "dbt ran: its run results changed"
+    assert _snapshots(spark, cli.schema) == before
+
+
+def _downstream(manifest: dict, start: str) -> set[str]:
+    """Every node reachable from ``start`` in dbt's own child map."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for child in manifest["child_map"].get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen
+
+
+def test_new_files_of_one_entity_build_that_entity_and_nothing_else(cli_project) -> None:  # noqa: ANN001
+    cli = cli_project("local", without=CHANGES_HISTORY)
+    landing = cli.root / "landing"
+    shutil.copytree(REPO / "landing" / "customers", landing / "customers")
+    shutil.copytree(REPO / "landing" / "accounts", landing / "accounts")
+    files = sorted((landing / "customers").iterdir())
+    held = {f: cli.root / f.name for f in files[-2:]}
+    for path, away in held.items():
+        path.rename(away)
+    first = json.loads(cli.runner("run", "--json", "--landing", "landing").stdout)
+    assert first["ok"], first
+    assert set(first["to_apply"]) == {"customers", "accounts"}, first
+
+    held[files[-2]].rename(files[-2])  # one new customers File, nothing new for accounts
+    second = json.loads(cli.runner("run", "--json", "--landing", "landing").stdout)
+    assert second["ok"] and second["ingest"]["staged"] == 1, second
+    assert second["to_apply"] == {"customers": 1}, second
+
+    target = cli.root / "dbt_project" / "target"
+    manifest = json.loads((target / "manifest.json").read_text())
+    source = next(k for k, v in manifest["sources"].items() if v["name"] == "customers")
+    expected = {n for n in _downstream(manifest, source) if n in manifest["nodes"]}
+    ran = {r["unique_id"] for r in json.loads((target / "run_results.json").read_text())["results"]}
+    assert ran == expected, (sorted(ran - expected), sorted(expected - ran))
+    assert not any("accounts" in n for n in ran), sorted(ran)
+    nodes = manifest["nodes"]
+    assert set(second["built"]) == {f"{nodes[n]['resource_type']}.{nodes[n]['name']}" for n in ran}
+
+    # The user's own selection wins over the runner's.
+    held[files[-1]].rename(files[-1])
+    third = json.loads(
+        cli.runner("run", "--json", "--landing", "landing", "--", "--select", "customers").stdout
+    )
+    assert third["ok"] and third["selected"] == [], third
+    assert [n for n in third["built"] if not n.startswith("test.")] == ["model.customers"], third
+
+    assert shown_customers(cli.table("{{ ref('customers') }}")) == customers_oracle(files)
+    fees = {
+        r["account_id"]: Decimal(str(r["monthly_fee"])) for r in cli.table("{{ ref('accounts') }}")
+    }
+    assert fees, "accounts: built by the first run"
