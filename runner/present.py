@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -259,3 +259,46 @@ def report_run(
         if rows:
             click.echo("rows now: " + ", ".join(f"{t} {n}" for t, n in rows.items()))
         click.echo(f"time: {seconds:.1f}s (" + phases.line() + ")")
+
+
+def batch_json(batch: Any) -> dict[str, Any]:
+    """One watch batch as JSON: its run, what it staged and applied, what dbt built, or its
+    error."""
+    result = batch.result
+    return {
+        "process_id": batch.process_id,
+        "ok": batch.ok,
+        "error": batch.error or (result.dbt_error if result is not None else None),
+        "staged": result.ingest.staged if result is not None else 0,
+        "quarantined": result.ingest.quarantined if result is not None else 0,
+        "failed": result.ingest.failed if result is not None else 0,
+        "committed": result.reconcile.committed if result is not None else 0,
+        "built": result.built if result is not None else [],
+        "entities": [e.as_json() for e in batch.entities],
+        "seconds": round(batch.seconds, 3),
+    }
+
+
+def report_batch(batch: Any, as_json: bool) -> None:
+    """`runner run --watch`: one line per batch (a JSON object with --json)."""
+    if as_json:
+        click.echo(json.dumps(batch_json(batch), default=str))
+        return
+    now = datetime.now(UTC).strftime("%H:%M:%S")
+    data = batch_json(batch)
+    if batch.error is not None:
+        click.echo(f"{now} {batch.process_id or '-'}: error: {batch.error}", err=True)
+        return
+    parts = []
+    for e in batch.entities:
+        rows = sum(t.rows_inserted + t.rows_updated + t.rows_deleted for t in e.targets)
+        bits = [f"{e.staged} staged", f"{e.applied} applied ({rows} rows changed)"]
+        bits += [
+            f"{n} {what}" for n, what in ((e.quarantined, "quarantined"), (e.failed, "failed")) if n
+        ]
+        parts.append(f"{e.entity} " + ", ".join(bits))
+    line = f"{now} {batch.process_id}: " + ("; ".join(parts) or "nothing staged or applied")
+    line += f"; dbt {len(data['built'])} nodes; {batch.seconds:.1f}s"
+    click.echo(line)
+    if data["error"]:
+        click.echo(f"{now} {batch.process_id}: error: {data['error']}", err=True)

@@ -57,17 +57,19 @@ def dbt_build(
     args: list[str] | None = None,
     phases: Phases | None = None,
     built: list[str] | None = None,
+    runner: Any = None,
 ) -> tuple[bool, str | None]:
     """`dbt build` on the project's dbt project and target, in this process. ``phases`` gets
     ``dbt_nodes`` (the nodes' own execution time: the apply) and ``dbt_fixed`` (the rest: parse,
-    compile, connections); ``built`` gets the nodes dbt ran, as ``<resource type>.<name>``."""
+    compile, connections); ``built`` gets the nodes dbt ran, as ``<resource type>.<name>``.
+    ``runner``: a ``dbtRunner`` holding an already parsed manifest (watch mode), else a new one."""
     from dbt.cli.main import dbtRunner
 
     start = time.perf_counter()
     before = os.environ.get("CDC_PROCESS_ID")
     os.environ["CDC_PROCESS_ID"] = process_id
     try:
-        res = dbtRunner().invoke(
+        res = (runner or dbtRunner()).invoke(
             [
                 "build",
                 "--project-dir",
@@ -123,6 +125,7 @@ def run(
     progress: Progress | None = None,
     effective_date: date | None = None,
     recover: bool = True,
+    dbt_runner: Any = None,
 ) -> RunResult:
     ingested = ingest(
         inv,
@@ -149,7 +152,7 @@ def run(
         with phases.time("spark_start"):
             inv.spark  # noqa: B018 - dbt gets this session back from getOrCreate()
     built: list[str] = []
-    ok, error = dbt_build(inv.project, process_id, args, phases, built)
+    ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner)
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
     return RunResult(
@@ -191,3 +194,25 @@ _SELECTING = ("--select", "-s", "--selector", "-m", "--models")
 def _selects(args: list[str]) -> bool:
     """Whether the user's own dbt arguments choose what to build (theirs then win)."""
     return any(a in _SELECTING or a.split("=", 1)[0] in _SELECTING for a in args)
+
+
+def parsed_dbt(project: Project) -> Any:
+    """A ``dbtRunner`` holding the dbt project's parsed manifest, for builds that skip parsing
+    (watch mode: the project is parsed once per process; restart to pick up edited models)."""
+    from dbt.cli.main import dbtRunner
+
+    res = dbtRunner().invoke(
+        [
+            "parse",
+            "--quiet",
+            "--project-dir",
+            str(project.dbt_project_dir),
+            "--profiles-dir",
+            str(project.profiles_dir),
+            "--target",
+            project.target_name,
+        ]
+    )
+    if not res.success or res.result is None:
+        raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
+    return dbtRunner(manifest=res.result)

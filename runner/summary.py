@@ -13,8 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from audit import AuditDB
-
-COUNTS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped")
+from audit.store import MARKER_COUNTS as COUNTS
 
 
 @dataclass

@@ -24,6 +24,7 @@ from runner.reconcile import table_rows
 from runner.run import run as run_all
 from runner.summary import summarize
 from runner.transactions import group_status
+from runner.watch import Stop, watch
 
 
 @click.command()
@@ -197,6 +198,20 @@ def reconcile(obj: Context) -> None:
 @global_options
 @ingest_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: counts and phase times.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Keep running: poll the landing roots and apply new Files as they arrive, one line "
+    "per batch, with one SparkSession and one parse of the dbt project; SIGTERM or Ctrl-C "
+    "finishes the current batch and stops.",
+)
+@click.option(
+    "--interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="With --watch: seconds between polls.",
+)
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def run(
@@ -207,20 +222,28 @@ def run(
     min_age: float,
     effective_date: Any,
     as_json: bool,
+    watch: bool,
+    interval: float,
     dbt_args: tuple[str, ...],
 ) -> None:
     """Reconcile, ingest, `dbt build` and reconcile, in one process.
 
-    Extra arguments after `--` go to `dbt build` (for example `-- --select customers`).
+    dbt builds what the new Files touch (their entities' models and what depends on them);
+    extra arguments after `--` go to `dbt build` (for example `-- --select customers`) and
+    choose instead. With nothing new, neither Spark nor dbt starts.
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
+    quiet = as_json or not verbose()
+    if watch:
+        _watch(obj, landing, entities, settle, min_age, effective_date, as_json, interval,
+               [*dbt_args, "--quiet"] if quiet else list(dbt_args))  # fmt: skip
+        return
     bars = Progress() if as_json else for_terminal()
     with recorded_run(obj.invocation(), "run") as rec, closing(bars) as progress:
         started = time.perf_counter()
         phases = Phases()
         # dbt's own lines only with -v (its errors always reach stderr); with --json they
         # would break the JSON on stdout.
-        quiet = as_json or not verbose()
         result = run_all(
             rec.inv,
             rec.process_id,
@@ -250,6 +273,43 @@ def run(
         )
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
+
+
+def _watch(
+    obj: Context,
+    landing: tuple[str, ...],
+    entities: tuple[str, ...],
+    settle: float,
+    min_age: float,
+    effective_date: Any,
+    as_json: bool,
+    interval: float,
+    dbt_args: list[str],
+) -> None:
+    """`runner run --watch`: batches until SIGTERM or Ctrl-C; exits 1 when a batch failed."""
+    stop = Stop()
+    stop.install()
+    inv = obj.invocation()
+    if not as_json:
+        click.echo(f"watching every {interval:g}s; SIGTERM or Ctrl-C stops after the batch")
+    try:
+        batches = watch(
+            inv,
+            interval=interval,
+            stop=stop,
+            report=lambda batch: present.report_batch(batch, as_json),
+            dbt_args=dbt_args,
+            **_ingest_args(landing, entities, settle, min_age, effective_date),
+        )
+    except KeyboardInterrupt:
+        click.echo("stopped during a batch: its Files are given back", err=True)
+        raise SystemExit(ExitCode.FILES_FAILED) from None
+    finally:
+        inv.close()
+    if not as_json:
+        click.echo(f"stopped after {len(batches)} batch(es)")
+    if any(not b.ok for b in batches):
+        raise SystemExit(ExitCode.FILES_FAILED)
 
 
 @click.command()

@@ -1,0 +1,197 @@
+"""`runner run --watch`: one process that keeps its SparkSession and its parsed dbt project,
+polls the landing roots, and runs a batch (ingest, `dbt build` of what the new Files touch,
+reconcile) whenever there is something new.
+
+A poll costs a listing and an Audit DB lookup per File: no run is recorded, no Spark job and no
+dbt invocation happen until a File is new (or a waiting File is given another try). Each batch
+is a run of its own in the Audit DB, with its heartbeat, recovery and outcome, so `runner runs`
+and `runner status` show it as any `runner run`. A batch that fails is reported and the loop goes
+on. SIGTERM or Ctrl-C lets the current batch finish, then ends the loop; a second one abandons
+the batch: its leases are given back and its run is closed as aborted, and the next run (this
+command again) applies what it left, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.discover import discover
+from runner.entities import load_entities
+from runner.errors import CdcError
+from runner.ingest import landing_roots
+from runner.invocation import Invocation, recorded_run
+from runner.run import RunResult, parsed_dbt, run
+from runner.summary import EntitySummary, summarize
+
+log = logging.getLogger("runner.watch")
+
+#: A batch that failed is tried again, with nothing new, after this many polls.
+RETRY_POLLS = 12
+
+
+@dataclass
+class Batch:
+    """One batch of a watch: its run's process id, what it did, or the error that ended it."""
+
+    process_id: str
+    result: RunResult | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    entities: list[EntitySummary] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.result is not None and self.result.ok
+
+
+class Stop:
+    """Set by SIGTERM or Ctrl-C: the batch running finishes and the loop ends. A second signal
+    raises KeyboardInterrupt, which abandons the batch."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        """Take SIGTERM and SIGINT (again: starting Spark replaces the SIGINT handler)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._signalled)
+            signal.signal(signal.SIGINT, self._signalled)
+
+    def _signalled(self, signum: int, _frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        log.warning("%s: stopping after the current batch", signal.Signals(signum).name)
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, seconds: float) -> None:
+        self.event.wait(seconds)
+
+
+class _Poll:
+    """What a poll sees: Files not registered yet, and the Files waiting for a stage or an
+    apply (PENDING, STAGED) of the chosen entities."""
+
+    def __init__(
+        self,
+        inv: Invocation,
+        landing: list[str] | None,
+        entity_names: list[str] | None,
+        min_age_seconds: float,
+    ) -> None:
+        self.inv = inv
+        entities = load_entities(inv.project)
+        self.entities = [entities[n] for n in (entity_names or sorted(entities))]
+        self.roots = landing_roots(inv.project, landing)
+        self.min_age_seconds = min_age_seconds
+
+    def new_files(self) -> int:
+        db, new = self.inv.db, 0
+        for entity in self.entities:
+            files, _ = discover(entity, self.roots, min_age_seconds=self.min_age_seconds)
+            for f in files:
+                known = db.find_sighting(
+                    entity=entity.name, path=str(f.path), size=f.size, mtime=f.mtime
+                )
+                new += known is None
+        return new
+
+    def waiting(self) -> set[int]:
+        names = {e.name for e in self.entities}
+        return {f.id for f in self.inv.db.files(states=["PENDING", "STAGED"]) if f.entity in names}
+
+
+def watch(
+    inv: Invocation,
+    *,
+    interval: float,
+    stop: Stop,
+    report: Callable[[Batch], None],
+    landing: list[str] | None = None,
+    entity_names: list[str] | None = None,
+    min_age_seconds: float = 0.0,
+    settle_seconds: float = 0.0,
+    dbt_args: list[str] | None = None,
+    max_batches: int | None = None,
+) -> list[Batch]:
+    """Poll every ``interval`` seconds until ``stop`` (or ``max_batches`` batches); run a batch
+    when a File is new, when Files wait that the last batch did not see, and, after a failed
+    batch, every RETRY_POLLS polls."""
+    poll = _Poll(inv, landing, entity_names, min_age_seconds)
+    batches: list[Batch] = []
+    seen: set[int] | None = None  # the Files waiting after the last batch
+    since_failure: int | None = None  # polls since a failed batch
+    dbt_runner: Any = None
+    while not stop.is_set() and (max_batches is None or len(batches) < max_batches):
+        waiting = poll.waiting()
+        retry = since_failure is not None and since_failure >= RETRY_POLLS
+        if poll.new_files() or (waiting and (seen is None or waiting - seen)) or retry:
+            if dbt_runner is None:
+                dbt_runner = parsed_dbt(inv.project)
+            batch = _batch(
+                inv,
+                dbt_runner,
+                landing=landing,
+                entity_names=entity_names,
+                min_age_seconds=min_age_seconds,
+                settle_seconds=settle_seconds,
+                dbt_args=dbt_args,
+            )
+            batches.append(batch)
+            report(batch)
+            stop.install()
+            seen = poll.waiting()
+            since_failure = None if batch.ok else 0
+        elif since_failure is not None:
+            since_failure += 1
+        inv.close()  # the Audit DB's connections; the SparkSession stays
+        if not stop.is_set():
+            stop.wait(interval)
+    return batches
+
+
+def _batch(inv: Invocation, dbt_runner: Any, **kwargs: Any) -> Batch:
+    started = time.perf_counter()
+    batch = Batch(process_id="")
+    try:
+        with recorded_run(inv, "run") as rec:
+            batch.process_id = rec.process_id
+            try:
+                batch.result = run(
+                    rec.inv, rec.process_id, recover=False, dbt_runner=dbt_runner, **kwargs
+                )
+                rec.outcome = "ok" if batch.result.ok else "failed"
+            except KeyboardInterrupt:
+                rec.outcome = "aborted"
+                _release(inv, rec.process_id)
+                raise
+            finally:
+                batch.entities = summarize(rec.db, rec.process_id)
+    except Exception as exc:  # reported, and the loop goes on
+        log.debug("batch %s failed", batch.process_id, exc_info=exc)
+        if isinstance(exc, CdcError):
+            batch.error = exc.message
+        else:
+            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            batch.error = f"{type(exc).__name__}: {text}"
+    batch.seconds = time.perf_counter() - started
+    return batch
+
+
+def _release(inv: Invocation, process_id: str) -> None:
+    """Give back the Files this batch holds, uncounted: it was stopped, they did nothing."""
+    db = inv.db
+    for f in db.files(states=["PROCESSING"]):
+        if f.lease_owner == process_id:
+            try:
+                db.release(f.id, process_id, "runner run --watch stopped")
+            except Exception:  # noqa: BLE001 - the next run's recovery gives it back
+                log.debug("could not release File %s", f.id, exc_info=True)
