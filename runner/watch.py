@@ -115,16 +115,17 @@ def watch(
     interval: float,
     stop: Stop,
     report: Callable[[Batch], None],
-    landing: list[str] | None = None,
-    entity_names: list[str] | None = None,
-    min_age_seconds: float = 0.0,
-    settle_seconds: float = 0.0,
     dbt_args: list[str] | None = None,
     max_batches: int | None = None,
+    **ingest_args: Any,
 ) -> list[Batch]:
     """Poll every ``interval`` seconds until ``stop`` (or ``max_batches`` batches); run a batch
     when a File is new, when Files wait that the last batch did not see, and, after a failed
-    batch, every RETRY_POLLS polls."""
+    batch, every RETRY_POLLS polls. ``ingest_args``: as `runner run` takes them (landing,
+    entity_names, min_age_seconds, settle_seconds, effective_date)."""
+    landing = ingest_args.get("landing")
+    entity_names = ingest_args.get("entity_names")
+    min_age_seconds = float(ingest_args.get("min_age_seconds") or 0.0)
     poll = _Poll(inv, landing, entity_names, min_age_seconds)
     batches: list[Batch] = []
     seen: set[int] | None = None  # the Files waiting after the last batch
@@ -136,15 +137,7 @@ def watch(
         if poll.new_files() or (waiting and (seen is None or waiting - seen)) or retry:
             if dbt_runner is None:
                 dbt_runner = parsed_dbt(inv.project)
-            batch = _batch(
-                inv,
-                dbt_runner,
-                landing=landing,
-                entity_names=entity_names,
-                min_age_seconds=min_age_seconds,
-                settle_seconds=settle_seconds,
-                dbt_args=dbt_args,
-            )
+            batch = _batch(inv, dbt_runner, dbt_args=dbt_args, **ingest_args)
             batches.append(batch)
             report(batch)
             stop.install()
