@@ -87,4 +87,4 @@ format:
 
 clean:
 	-$(BIN)/runner drop-catalog --yes
-	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes
+	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes bench/work_latency

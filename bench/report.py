@@ -25,6 +25,10 @@ def _verdict(ratio: float, target: float | None) -> str:
     return f"{target:g}x, {'met' if ratio <= target else 'missed'}"
 
 
+def _within(seconds: float, target: float) -> str:
+    return f"{target:g} s, {'met' if seconds <= target else 'missed'}"
+
+
 def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     """(benchmark, ours, baseline, ratio, target verdict, measured on) per line of the table."""
     on = results.get("measured_on", {})
@@ -106,6 +110,51 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 f"{r['ratio']:.2f}x",
                 _verdict(r["ratio"], r.get("target")),
                 on.get(name, ""),
+            )
+        )
+    if "latency" in results:
+        lat, when = results["latency"], on.get("latency", "")
+        c, w, e = lat["cold_file"], lat["watch"], lat["entities"]
+        out.append(
+            (
+                "latency: one new 100-row File, `runner run` as a cold process vs the"
+                " hand-written Spark MERGE job as a cold process, sample entities applied",
+                _s(c["runner_run_s"]),
+                _s(c["handwritten_s"]),
+                f"{c['ratio']:.2f}x",
+                _verdict(c["ratio"], c.get("target")),
+                when,
+            )
+        )
+        out.append(
+            (
+                "latency: the same File through `runner run --watch` (warm), landing to marker",
+                _s(w["landing_to_marker_s"]),
+                "",
+                "",
+                _within(w["landing_to_marker_s"], w["target_s"]),
+                when,
+            )
+        )
+        out.append(
+            (
+                "latency: `runner run` with nothing new (no JVM, no dbt)",
+                _s(c["noop_s"]),
+                "",
+                "",
+                _within(c["noop_s"], c["noop_target_s"]),
+                when,
+            )
+        )
+        out.append(
+            (
+                "latency: one new File, cold `runner run`, 10 declared entities vs 1"
+                f" (dbt nodes built: {e['dbt_nodes']['ten']:g} vs {e['dbt_nodes']['one']:g})",
+                _s(e["ten_entities_s"]),
+                _s(e["one_entity_s"]),
+                f"{e['ratio']:.2f}x",
+                _verdict(e["ratio"], e.get("target")),
+                when,
             )
         )
     if "growth" in results:

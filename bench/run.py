@@ -382,6 +382,7 @@ PARTS = (
     "snapshot_vs_dbt_snapshot",
     "snapshot_hash_vs_full_row",
     "memory",
+    "latency",
 )
 
 
@@ -449,7 +450,7 @@ def main() -> None:
             data, generated(data, sizes[-1]) / "customers", work, mib, args.repeat
         )
         done("one_big_file", t0)
-    in_process = [p for p in PARTS[2:-1] if p in args.parts]
+    in_process = [p for p in PARTS[2:-2] if p in args.parts]
     if in_process:
         bench = Bench(args.repeat, args.quick)
         steps: dict[str, Callable[[], dict]] = {
@@ -474,6 +475,12 @@ def main() -> None:
         results.update(memory(args.quick, args.repeat))
         measured["hash_memory"] = measured["ingest_memory"] = today
         print(f"memory: {time.perf_counter() - t0:.0f}s", flush=True)
+    if "latency" in args.parts:
+        import latency
+
+        t0 = time.perf_counter()
+        results["latency"] = latency.latency(WORK.parent / "work_latency", args.repeat)
+        done("latency", t0)
     results["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
