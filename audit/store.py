@@ -42,6 +42,8 @@ markers_t = cast(Table, FileMarker.__table__)
 MARKER_COUNTS = tuple(c.name for c in markers_t.columns if c.name.startswith("rows_"))
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The event that notes a STAGED File held by its transaction group (note_held).
+HELD_NOTE = "built without a marker: held by its transaction group"
 
 
 def utcnow() -> datetime:
@@ -704,6 +706,9 @@ class AuditDB:
             )
             .join(files_t, files_t.c.id == events_t.c.file_id)
             .where(events_t.c.process_id.is_not(None))
+            .where(  # a note on a File (a lease renewed, a File held) moves it nowhere
+                (events_t.c.from_state.is_(None)) | (events_t.c.from_state != events_t.c.to_state)
+            )
             .group_by(events_t.c.process_id, files_t.c.entity, events_t.c.to_state)
         )
         if process_id is not None:
@@ -713,6 +718,32 @@ class AuditDB:
             for pid, entity, state, n in conn.execute(query).all():
                 out.setdefault(pid, {}).setdefault(entity, {})[state] = int(n)
         return out
+
+    def note_held(self, file_ids: Iterable[int], process_id: str) -> None:
+        """Note on STAGED Files that a `dbt build` of their models succeeded without applying
+        them (a transaction group holds them): `runner run` does not build them again for
+        their own sake, only when new Files arrive for their entities."""
+        with self.engine.begin() as conn:
+            for file_id in file_ids:
+                self._event(conn, file_id, "STAGED", "STAGED", process_id, HELD_NOTE)
+
+    def held(self) -> set[int]:
+        """The STAGED Files whose last event is that note."""
+        from sqlalchemy import func
+
+        last = (
+            select(events_t.c.file_id, func.max(events_t.c.id).label("last_id"))
+            .group_by(events_t.c.file_id)
+            .subquery()
+        )
+        query = (
+            select(events_t.c.file_id)
+            .join(last, events_t.c.id == last.c.last_id)
+            .join(files_t, files_t.c.id == events_t.c.file_id)
+            .where(files_t.c.state == FileState.STAGED.value, events_t.c.detail == HELD_NOTE)
+        )
+        with self.engine.connect() as conn:
+            return set(conn.execute(query).scalars())
 
     def record_failure(self, file_id: int, owner: str, error: str) -> FileRecord:
         """PROCESSING -> PENDING to retry, or FAILED once attempts reach the maximum."""

@@ -155,6 +155,11 @@ def run(
     ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner)
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
+    if ok and selected:
+        # Built and still without a marker: held by a transaction group. The next run builds
+        # them when new Files arrive for their group, not for their own sake.
+        still = [f.id for f in inv.db.files(states=["STAGED"]) if f.entity in to_apply]
+        inv.db.note_held(still, process_id)
     return RunResult(
         ingest=ingested,
         dbt_ok=ok,
@@ -167,10 +172,12 @@ def run(
 
 
 def waiting_for_apply(inv: Invocation, entity_names: list[str]) -> dict[str, int]:
-    """Entity -> its STAGED Files (staged, not yet applied), for the chosen entities."""
+    """Entity -> its STAGED Files (staged, not yet applied), for the chosen entities; Files a
+    successful build left held by their transaction group do not count."""
     out: dict[str, int] = {}
+    held = inv.db.held()
     for rec in inv.db.files(states=["STAGED"]):
-        if rec.entity in entity_names:
+        if rec.entity in entity_names and rec.id not in held:
             out[rec.entity] = out.get(rec.entity, 0) + 1
     return out
 

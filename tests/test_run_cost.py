@@ -120,3 +120,32 @@ def test_new_files_of_one_entity_build_that_entity_and_nothing_else(cli_project)
         r["account_id"]: Decimal(str(r["monthly_fee"])) for r in cli.table("{{ ref('accounts') }}")
     }
     assert fees, "accounts: built by the first run"
+
+
+def test_files_held_by_their_group_wait_without_a_build_until_the_group_moves(
+    cli_project,  # noqa: ANN001
+) -> None:
+    """The shop sample ends with transaction 5023:1616 open (its END waits in
+    shop/transactions/late/, outside the glob): its two Files stay STAGED after a run. Runs with
+    nothing new then build nothing; once the END lands, the run builds the group and applies
+    them: order 13 appears, line 11 is deleted and line 36 inserted."""
+    cli = cli_project("local", without=CHANGES_HISTORY, shop=True)
+    shop = cli.root / "landing" / "shop"
+    shutil.copytree(REPO / "landing" / "shop", shop)
+    first = json.loads(cli.runner("run", "--json", "--landing", "landing").stdout)
+    assert first["ok"] and first["audit"].get("STAGED") == 2, first
+
+    second = json.loads(cli.runner("run", "--json", "--landing", "landing").stdout)
+    assert second["nothing_new"] and second["built"] == [], second
+
+    orders = {r["order_id"] for r in cli.table("{{ ref('orders') }}")}
+    assert 13 not in orders
+    late = shop / "transactions" / "late" / "shop_transactions-late.json"
+    late.rename(shop / "transactions" / late.name)
+    third = json.loads(cli.runner("run", "--json", "--landing", "landing").stdout)
+    assert third["ok"] and third["to_apply"] == {"shop_transactions": 1}, third
+    assert {"model.orders", "model.order_lines"} <= set(third["built"]), third
+    assert set(third["audit"]) == {"COMMITTED"}, third["audit"]
+    assert 13 in {r["order_id"] for r in cli.table("{{ ref('orders') }}")}
+    lines = {r["line_id"] for r in cli.table("{{ ref('order_lines') }}")}
+    assert 36 in lines and 11 not in lines, sorted(lines)
