@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
@@ -27,6 +26,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import processes  # noqa: E402
+from processes import timed  # noqa: E402
+
 BIN = Path(sys.executable).parent
 HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
 
@@ -108,21 +112,8 @@ def new_file(folder: Path, n: int, rows: int = 100) -> Path:
     return path
 
 
-def _env(root: Path) -> dict[str, str]:
-    return {**os.environ, "CDC_HOME": str(root), "CDC_SCHEMA": "bench"}
-
-
-def _run(cmd: list[str], root: Path) -> tuple[float, str]:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return seconds, done.stdout
-
-
 def runner_run(root: Path) -> tuple[float, dict]:
-    seconds, out = _run([str(BIN / "runner"), "run", "--json", "--landing", "landing"], root)
+    seconds, out = timed([str(BIN / "runner"), "run", "--json", "--landing", "landing"], root)
     report = json.loads(out.strip().splitlines()[-1])
     assert report["ok"], report
     return seconds, report
@@ -131,7 +122,7 @@ def runner_run(root: Path) -> tuple[float, dict]:
 def handwritten(root: Path, landing: str) -> float:
     cmd = [sys.executable, str(REPO / "bench" / "handwritten_job.py"), "--root", ".",
            "--landing", landing, "--table", "bench.hand"]  # fmt: skip
-    return _run(cmd, root)[0]
+    return timed(cmd, root)[0]
 
 
 def cold_file(base: Path, repeat: int) -> dict:
@@ -178,7 +169,8 @@ def watched(base: Path, repeat: int) -> dict:
     proc = subprocess.Popen(
         [str(BIN / "runner"), "run", "--watch", "--interval", "0.5", "--json",
          "--landing", "landing"],
-        cwd=root, env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=root, env=processes.env(root), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True,
     )  # fmt: skip
     assert proc.stdout is not None
     latencies = []

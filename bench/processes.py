@@ -52,13 +52,13 @@ def fresh_root(base: Path, name: str, landing: Path) -> Path:
     return root
 
 
-def _env(root: Path) -> dict[str, str]:
+def env(root: Path) -> dict[str, str]:
     return {**os.environ, "CDC_HOME": str(root), "CDC_SCHEMA": "bench"}
 
 
 def timed(cmd: list[str], root: Path) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True)
+    done = subprocess.run(cmd, cwd=root, env=env(root), capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")

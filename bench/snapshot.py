@@ -24,7 +24,7 @@ import yaml
 from runner.entities import load_entities
 from runner.ids import new_process_id
 from runner.phases import Phases
-from runner.run import dbt_build
+from runner.run import dbt_build, dbt_command
 from runner.samples.generate import (
     SnapshotSpec,
     generate_snapshots,
@@ -58,18 +58,7 @@ from {{{{ cdc.unapplied(source('cdc_staging', '{name}')) }}}}
 def _dbt(project, *args: str) -> None:  # type: ignore[no-untyped-def]
     from dbt.cli.main import dbtRunner
 
-    res = dbtRunner().invoke(
-        [
-            *args,
-            "--project-dir",
-            str(project.dbt_project_dir),
-            "--profiles-dir",
-            str(project.profiles_dir),
-            "--target",
-            project.target_name,
-            "--quiet",
-        ]
-    )
+    res = dbtRunner().invoke(dbt_command(project, args[0], *args[1:], "--quiet"))
     assert res.success, res.exception
 
 

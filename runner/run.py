@@ -51,6 +51,20 @@ class RunResult:
         return self.dbt_ok and not (self.ingest.quarantined or self.ingest.failed)
 
 
+def dbt_command(project: Project, command: str, *args: str) -> list[str]:
+    """A dbt command on the project's dbt project, profiles and target, as dbtRunner takes it."""
+    return [
+        command,
+        "--project-dir",
+        str(project.dbt_project_dir),
+        "--profiles-dir",
+        str(project.profiles_dir),
+        "--target",
+        project.target_name,
+        *args,
+    ]
+
+
 def dbt_build(
     project: Project,
     process_id: str,
@@ -69,18 +83,7 @@ def dbt_build(
     before = os.environ.get("CDC_PROCESS_ID")
     os.environ["CDC_PROCESS_ID"] = process_id
     try:
-        res = (runner or dbtRunner()).invoke(
-            [
-                "build",
-                "--project-dir",
-                str(project.dbt_project_dir),
-                "--profiles-dir",
-                str(project.profiles_dir),
-                "--target",
-                project.target_name,
-                *(args or []),
-            ]
-        )
+        res = (runner or dbtRunner()).invoke(dbt_command(project, "build", *(args or [])))
     finally:
         if before is None:
             os.environ.pop("CDC_PROCESS_ID", None)
@@ -208,18 +211,7 @@ def parsed_dbt(project: Project) -> Any:
     (watch mode: the project is parsed once per process; restart to pick up edited models)."""
     from dbt.cli.main import dbtRunner
 
-    res = dbtRunner().invoke(
-        [
-            "parse",
-            "--quiet",
-            "--project-dir",
-            str(project.dbt_project_dir),
-            "--profiles-dir",
-            str(project.profiles_dir),
-            "--target",
-            project.target_name,
-        ]
-    )
+    res = dbtRunner().invoke(dbt_command(project, "parse", "--quiet"))
     if not res.success or res.result is None:
         raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
     return dbtRunner(manifest=res.result)

@@ -235,8 +235,13 @@ def run(
     """
     quiet = as_json or not verbose()
     if watch:
-        _watch(obj, landing, entities, settle, min_age, effective_date, as_json, interval,
-               [*dbt_args, "--quiet"] if quiet else list(dbt_args))  # fmt: skip
+        _watch(
+            obj,
+            _ingest_args(landing, entities, settle, min_age, effective_date),
+            as_json,
+            interval,
+            [*dbt_args, "--quiet"] if quiet else list(dbt_args),
+        )
         return
     bars = Progress() if as_json else for_terminal()
     with recorded_run(obj.invocation(), "run") as rec, closing(bars) as progress:
@@ -276,15 +281,7 @@ def run(
 
 
 def _watch(
-    obj: Context,
-    landing: tuple[str, ...],
-    entities: tuple[str, ...],
-    settle: float,
-    min_age: float,
-    effective_date: Any,
-    as_json: bool,
-    interval: float,
-    dbt_args: list[str],
+    obj: Context, ingest_args: dict[str, Any], as_json: bool, interval: float, dbt_args: list[str]
 ) -> None:
     """`runner run --watch`: batches until SIGTERM or Ctrl-C; exits 1 when a batch failed."""
     stop = Stop()
@@ -299,7 +296,7 @@ def _watch(
             stop=stop,
             report=lambda batch: present.report_batch(batch, as_json),
             dbt_args=dbt_args,
-            **_ingest_args(landing, entities, settle, min_age, effective_date),
+            **ingest_args,
         )
     except KeyboardInterrupt:
         click.echo("stopped during a batch: its Files are given back", err=True)
