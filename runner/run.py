@@ -212,6 +212,8 @@ def parsed_dbt(project: Project) -> Any:
     from dbt.cli.main import dbtRunner
 
     res = dbtRunner().invoke(dbt_command(project, "parse", "--quiet"))
-    if not res.success or res.result is None:
+    from dbt.contracts.graph.manifest import Manifest
+
+    if not res.success or not isinstance(res.result, Manifest):
         raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
     return dbtRunner(manifest=res.result)
