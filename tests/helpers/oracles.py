@@ -91,6 +91,7 @@ ICEBERG_CONFLICT = (
     "missing required files to delete",
     "table uuid does not match",
     "already exists",
+    "concurrently modified",  # the copy-on-write MERGE saw the other build's commit first
 )
 
 
