@@ -81,8 +81,9 @@ def _clone_customers(root: Path, name: str) -> None:
     models = root / "dbt_project" / "models"
     sources = models / "staging" / "cdc_sources.yml"
     text = sources.read_text()
-    start = text.index("      - name: customers")
-    entry = text[start:]
+    start = text.index("      - name: customers\n")
+    end = text.find("\n      - name: ", start + 1)
+    entry = text[start:] if end < 0 else text[start : end + 1]
     entry = entry.replace("- name: customers", f"- name: {name}", 1)
     entry = entry.replace("identifier: customers__staged", f"identifier: {name}__staged")
     entry = re.sub(r'"customers/', f'"{name}/', entry)
@@ -217,11 +218,11 @@ def entities_10_vs_1(base: Path, repeat: int) -> dict:
 
 
 def latency(work: Path, repeat: int) -> dict:
-    out = {
-        "cold_file": cold_file(work, repeat),
-        "watch": watched(work, repeat),
-        "entities": entities_10_vs_1(work, repeat),
-    }
+    out = {}
+    parts = (("cold_file", cold_file), ("watch", watched), ("entities", entities_10_vs_1))
+    for name, part in parts:
+        out[name] = part(work, repeat)
+        print(f"latency {name}: {json.dumps(out[name])}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return out
 
