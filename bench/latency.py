@@ -36,28 +36,16 @@ HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
 
 
 def root_for(base: Path, name: str, entities: int = 3) -> Path:
-    """A project root with the repository's configuration and sample landing Files; with
-    ``entities`` 1 only customers, with 10 customers and nine more entities like it."""
-    from runner.destinations.spark.session import link_iceberg_jar
-
-    root = base / name
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
-    shutil.copy(REPO / "runner.yml", root / "runner.yml")
-    shutil.copytree(
-        REPO / "dbt_project", root / "dbt_project", ignore=shutil.ignore_patterns("target", "logs")
-    )
-    packages = root / "dbt_project" / "dbt_packages"
-    shutil.rmtree(packages, ignore_errors=True)
-    packages.mkdir()
-    (packages / "cdc").symlink_to(REPO / "macros")
-    shutil.copytree(REPO / "landing", root / "landing")
+    """A project root with the repository's configuration and a copy of the sample landing
+    Files; with ``entities`` 1 only customers, with 10 customers and nine more like it."""
+    landing = base / f"{name}_landing"
+    shutil.rmtree(landing, ignore_errors=True)
+    shutil.copytree(REPO / "landing", landing)
+    root = processes.fresh_root(base, name, landing)
     if entities != 3:
         _only_customers(root)
         for i in range(2, entities + 1):
             _clone_customers(root, f"customers_{i}")
-    link_iceberg_jar(root)
     return root
 
 
