@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -49,11 +50,23 @@ def fresh_root(base: Path, name: str, landing: Path) -> Path:
     (packages / "cdc").symlink_to(REPO / "macros")
     (root / "landing").symlink_to(landing)
     link_iceberg_jar(root)
+    subprocess.run(
+        [str(BIN / "runner"), "drop-catalog", "--yes", "--target", "local"],
+        cwd=root, env=env(root), capture_output=True, text=True, check=True,
+    )  # fmt: skip
     return root
 
 
 def env(root: Path) -> dict[str, str]:
-    return {**os.environ, "CDC_HOME": str(root), "CDC_SCHEMA": "bench"}
+    """A root's environment: its own state, and its own Spark catalog schema in PostgreSQL
+    (the catalog outlives the folder: a root made again starts from a dropped catalog)."""
+    catalog = "cdc_bench_" + re.sub(r"[^a-z0-9_]", "_", root.name.lower())
+    return {
+        **os.environ,
+        "CDC_HOME": str(root),
+        "CDC_SCHEMA": "bench",
+        "CDC_CATALOG_SCHEMA": catalog,
+    }
 
 
 def timed(cmd: list[str], root: Path) -> tuple[float, str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from audit import AuditDB, FileRecord, IllegalTransition
 from runner.destinations import Destination, FileToStage
 from runner.discover import LandedFile, discover, settle
-from runner.entities import Entity, load_entities
+from runner.entities import Entity
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
 from runner.fs import FilePath, RemoteFile, as_file, is_uri
 from runner.hashing import content_hash
@@ -71,7 +71,7 @@ def ingest(
     """Reconcile, recover what earlier runs left (unless the caller did: ``recover``), then
     find, hash, register and stage each chosen entity's Files."""
     project, db, destination = inv.project, inv.db, inv.destination
-    entities = load_entities(project)
+    entities = inv.entities
     unknown = sorted(set(entity_names or []) - set(entities))
     if unknown:
         raise ConfigError(f"unknown entities {unknown}; declared: {sorted(entities)}")

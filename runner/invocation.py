@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from audit import AuditDB
 from runner.destinations import Destination, destination_for
+from runner.entities import Entity, load_entities
 from runner.errors import ConfigError
 from runner.heartbeat import Heartbeat
 from runner.ids import new_process_id
@@ -62,6 +63,7 @@ class Invocation:
     audit_schema: str | None = None
     _db: AuditDB | None = field(default=None, repr=False)
     _spark: SparkSession | None = field(default=None, repr=False)
+    _entities: dict[str, Entity] | None = field(default=None, repr=False)
 
     @classmethod
     def load(
@@ -102,6 +104,13 @@ class Invocation:
             db.ensure_current()
             self._db = db
         return self._db
+
+    @property
+    def entities(self) -> dict[str, Entity]:
+        """The project's declared entities by name (read on first use)."""
+        if self._entities is None:
+            self._entities = load_entities(self.project)
+        return self._entities
 
     @property
     def spark(self) -> SparkSession:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from runner.entities import load_entities
+from runner.entities import Entity
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
 from runner.phases import Phases
@@ -142,14 +142,14 @@ def run(
         recover=recover,
     )
     phases = ingested.phases
-    chosen = entity_names or sorted(load_entities(inv.project))
+    chosen = entity_names or sorted(inv.entities)
     to_apply = waiting_for_apply(inv, chosen)
     if not to_apply:
         return RunResult(ingest=ingested, dbt_ok=True, dbt_error=None)
     args = list(dbt_args or [])
     selected: list[str] = []
     if not _selects(args):
-        selected = selectors(inv.project, sorted(to_apply))
+        selected = selectors(inv.entities, sorted(to_apply))
         args += ["--select", *selected]
     if inv.destination.reads_through_spark:
         with phases.time("spark_start"):
@@ -185,11 +185,10 @@ def waiting_for_apply(inv: Invocation, entity_names: list[str]) -> dict[str, int
     return out
 
 
-def selectors(project: Project, entity_names: list[str]) -> list[str]:
+def selectors(entities: dict[str, Entity], entity_names: list[str]) -> list[str]:
     """dbt selectors for what the entities' Files touch: each entity's source and everything
     downstream of it. A member of a transaction group adds its group's transaction metadata
     entity (whose ledger decides what the member may apply)."""
-    entities = load_entities(project)
     names = set(entity_names)
     for name in entity_names:
         group = entities[name].transactions

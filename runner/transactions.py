@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runner.entities import load_entities
 from runner.errors import ConfigError
 from runner.invocation import Invocation
 from runner.project import IDENTIFIER
@@ -50,7 +49,7 @@ def ledger_name(entity: Any) -> str:
 
 def group_status(inv: Invocation) -> list[GroupStatus]:
     """Every declared group's status; [] when none is declared (nothing is read then)."""
-    groups = [e for e in load_entities(inv.project).values() if e.is_transactions]
+    groups = [e for e in inv.entities.values() if e.is_transactions]
     if not groups:
         return []
     dest = inv.destination

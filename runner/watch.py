@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.discover import discover
-from runner.entities import load_entities
 from runner.errors import CdcError
 from runner.ingest import landing_roots
 from runner.invocation import Invocation, recorded_run
@@ -88,7 +87,7 @@ class _Poll:
         min_age_seconds: float,
     ) -> None:
         self.inv = inv
-        entities = load_entities(inv.project)
+        entities = inv.entities
         self.entities = [entities[n] for n in (entity_names or sorted(entities))]
         self.roots = landing_roots(inv.project, landing)
         self.min_age_seconds = min_age_seconds
