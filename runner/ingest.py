@@ -81,7 +81,7 @@ def ingest(
     progress = progress or Progress()
     phases = result.phases
     with phases.time("reconcile"):
-        result.committed = reconcile(inv, process_id).committed
+        result.committed = reconcile(inv, process_id, skip_held=True).committed
     if recover:
         recovery = db.recover(process_id)
         for pid in recovery.aborted_runs:

@@ -36,10 +36,17 @@ def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def reconcile(inv: Invocation, process_id: str) -> ReconcileResult:
+def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> ReconcileResult:
+    """``skip_held``: leave out the Files a build left held by their transaction group (no
+    marker can have come since without another build): with only those STAGED, nothing is read
+    from the destination (no SparkSession is started for it)."""
     result = ReconcileResult()
     db = inv.db
     staged = db.files(states=["STAGED"])
+    if skip_held and staged:
+        held = db.held()
+        result.waiting += sum(f.id in held for f in staged)
+        staged = [f for f in staged if f.id not in held]
     if not staged:
         return result
     markers = applied_markers(inv)
