@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from audit import FileRecord
 from runner.entities import Entity
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
@@ -143,7 +145,8 @@ def run(
     )
     phases = ingested.phases
     chosen = entity_names or sorted(inv.entities)
-    to_apply = waiting_for_apply(inv, chosen)
+    waiting = waiting_for_apply(inv, chosen)
+    to_apply = dict(sorted(Counter(f.entity for f in waiting).items()))
     if not to_apply:
         return RunResult(ingest=ingested, dbt_ok=True, dbt_error=None)
     args = list(dbt_args or [])
@@ -159,9 +162,11 @@ def run(
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
     if ok and selected:
-        # Built and still without a marker: held by a transaction group. The next run builds
-        # them when new Files arrive for their group, not for their own sake.
-        still = [f.id for f in inv.db.files(states=["STAGED"]) if f.entity in to_apply]
+        # Waiting before the build, built, and still without a marker: held by a transaction
+        # group. The next run builds them when new Files arrive for their group, not for their
+        # own sake. (A File staged by another runner meanwhile was not in this build.)
+        before = {f.id for f in waiting}
+        still = [f.id for f in inv.db.files(states=["STAGED"]) if f.id in before]
         inv.db.note_held(still, process_id)
     return RunResult(
         ingest=ingested,
@@ -174,15 +179,13 @@ def run(
     )
 
 
-def waiting_for_apply(inv: Invocation, entity_names: list[str]) -> dict[str, int]:
-    """Entity -> its STAGED Files (staged, not yet applied), for the chosen entities; Files a
-    successful build left held by their transaction group do not count."""
-    out: dict[str, int] = {}
+def waiting_for_apply(inv: Invocation, entity_names: list[str]) -> list[FileRecord]:
+    """The chosen entities' STAGED Files (staged, not yet applied), but those a successful
+    build left held by their transaction group."""
     held = inv.db.held()
-    for rec in inv.db.files(states=["STAGED"]):
-        if rec.entity in entity_names and rec.id not in held:
-            out[rec.entity] = out.get(rec.entity, 0) + 1
-    return out
+    return [
+        f for f in inv.db.files(states=["STAGED"]) if f.entity in entity_names and f.id not in held
+    ]
 
 
 def selectors(entities: dict[str, Entity], entity_names: list[str]) -> list[str]:
