@@ -244,8 +244,15 @@ def report_run(
         )
     else:
         report_ingest(process_id, result.ingest)
+        if result.nothing_new and not entities_done:
+            audit = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "empty"
+            click.echo(
+                "nothing new: no File to stage or apply; Spark and dbt not started "
+                f"(Audit DB: {audit})"
+            )
+            return
         if result.nothing_new:
-            click.echo("nothing new: no File to stage or apply; Spark and dbt not started")
+            click.echo("nothing to apply: Spark and dbt not started")
         else:
             click.echo(describe_build(result))
         if not result.dbt_ok:
