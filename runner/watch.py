@@ -65,8 +65,8 @@ class Stop:
     def _signalled(self, signum: int, _frame: Any) -> None:
         if self.event.is_set():
             raise KeyboardInterrupt
+        self.event.set()  # first: a second signal during the log line below is a second one
         log.warning("%s: stopping after the current batch", signal.Signals(signum).name)
-        self.event.set()
 
     def is_set(self) -> bool:
         return self.event.is_set()
