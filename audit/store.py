@@ -593,8 +593,11 @@ class AuditDB:
             detail="lease renewed",
         )
 
-    def mark_staged(self, file_id: int, owner: str, process_id: str) -> FileRecord:
-        """PROCESSING -> STAGED, only by the worker holding the lease."""
+    def mark_staged(
+        self, file_id: int, owner: str, process_id: str, detail: str | None = None
+    ) -> FileRecord:
+        """PROCESSING -> STAGED, only by the worker holding the lease (``detail``: what staging
+        left out, for the File's history)."""
         return self._transition(
             "mark_staged",
             file_id,
@@ -609,6 +612,7 @@ class AuditDB:
             ),
             extra_where=[files_t.c.lease_owner == owner],
             process_id=process_id,
+            detail=detail,
         )
 
     def mark_committed(

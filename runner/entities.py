@@ -7,6 +7,7 @@ problem in every declaration is reported at once, naming the file and the entity
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,6 +31,30 @@ TYPE_PATTERN = re.compile(
     re.IGNORECASE,
 )
 DMS_OPERATIONS = {"I": "I", "U": "U", "D": "D"}
+# Orders of Files when no column orders changes (meta.cdc.sequence: {file_order: ...}).
+FILE_ORDERS = ("dms",)
+# Kafka Connect logical types a Debezium value may be encoded as (meta.cdc.debezium.encodings,
+# or the line's own schema): decoded to the declared type at staging.
+ENCODINGS = (
+    "org.apache.kafka.connect.data.Decimal",
+    "io.debezium.data.VariableScaleDecimal",
+    "io.debezium.time.Date",
+    "org.apache.kafka.connect.data.Date",
+    "io.debezium.time.Time",
+    "io.debezium.time.MicroTime",
+    "io.debezium.time.NanoTime",
+    "org.apache.kafka.connect.data.Time",
+    "io.debezium.time.Timestamp",
+    "io.debezium.time.MicroTimestamp",
+    "io.debezium.time.NanoTimestamp",
+    "org.apache.kafka.connect.data.Timestamp",
+    "io.debezium.time.ZonedTimestamp",
+    "io.debezium.time.ZonedTime",
+    "io.debezium.time.MicroDuration",
+    "io.debezium.time.Interval",
+    "io.debezium.data.Json",
+    "io.debezium.data.Uuid",
+)
 DEBEZIUM_OPERATIONS = {"c": "I", "r": "I", "u": "U", "d": "D", "t": "T"}
 # What an operation value maps to: insert, update, delete, or truncate (the whole table, at
 # the row's sequence: its key columns may be empty).
@@ -94,6 +119,21 @@ class Entity:
     staging_table: str
     csv_header: bool = True
     csv_delimiter: str = ","
+    # DMS full-load Files without the operation column (includeOpForFullLoad=false): Files
+    # whose name matches one of ``op_missing_files`` have every declared column but the
+    # operation, and each of their rows is the operation ``op_missing_means`` (a File's code).
+    op_missing_files: tuple[str, ...] = ()
+    op_missing_means: str | None = None
+    # How changes are ordered besides the ``sequence`` column: ``sequence_ties`` (line): changes
+    # of one key with the same sequence in one File apply in line order; ``file_order`` (dms):
+    # no sequence column, changes are ordered by their File (DMS's file names) then the line.
+    sequence_ties: bool = False
+    file_order: str | None = None
+    # format debezium: column -> the logical type its values are encoded as when a line
+    # carries no schema (a Kafka Connect name, and the scale of a Decimal).
+    debezium_encodings: dict[str, tuple[str, int | None]] = field(
+        default_factory=dict, compare=False
+    )
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     snapshot_kind: str | None = None
     compare: tuple[str, ...] = ()  # snapshot mode: the columns of the row hash, in order
@@ -125,9 +165,20 @@ class Entity:
         effective date) for a snapshot entity."""
         if self.is_snapshot:
             return "date"
-        if self.format == "debezium":
-            return "string"  # the declared sequence, then ts_ms, then a tie-break (staging)
+        if self.format == "debezium" or self.sequence_ties or self.file_order:
+            # debezium: the declared sequence, then ts_ms, then a tie-break; ties: the
+            # sequence then the line; file order: the File's place then the line (staging)
+            return "string"
         return self.column(self.sequence).data_type
+
+    @property
+    def ordered_by_line(self) -> bool:
+        """Whether the line breaks ties of the sequence (so that rows never conflict)."""
+        return self.sequence_ties or self.file_order is not None
+
+    def op_missing(self, file_name: str) -> bool:
+        """Whether a File of this name lacks the operation column (a DMS full-load File)."""
+        return any(fnmatch.fnmatchcase(file_name, g) for g in self.op_missing_files)
 
     @property
     def is_transactions(self) -> bool:
@@ -388,11 +439,24 @@ def _parse(
         errors.extend(snapshot_errors)
         sequence, op_column = "", ""
     else:
-        sequence, op_column, operations = _parse_changes(cdc, names, errors)
+        sequence, op_column, operations, ordering = _parse_changes(cdc, names, errors, fmt)
+        extra.update(ordering)
         extra.update(_parse_partial(cdc, names, [*keys, sequence, op_column], errors))
         if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
             _check_debezium_order(extra["debezium_fields"], columns, sequence, op_column, errors)
     csv_opts = cdc.get("csv") or {}
+    if not isinstance(csv_opts, dict):
+        errors.append("meta.cdc.csv must be a mapping (header, delimiter)")
+        csv_opts = {}
+    for key in sorted(set(csv_opts) - {"header", "delimiter"}):
+        errors.append(f"unknown key meta.cdc.csv.{key}; accepted: ['delimiter', 'header']")
+    if not isinstance(csv_opts.get("header", True), bool):
+        errors.append(
+            f"csv.header must be true or false, got {csv_opts['header']!r} (false: the File has "
+            "no header row and its fields are the declared columns, in order)"
+        )
+    if csv_opts and fmt != "csv":
+        errors.append(f"meta.cdc.csv is for format csv, not {fmt}")
     staging_schema, staging_table = _staging_names(source, table, name, project, errors)
     if errors:
         return None, errors
@@ -411,7 +475,7 @@ def _parse(
             columns=tuple(columns),
             staging_schema=staging_schema,
             staging_table=staging_table,
-            csv_header=bool(csv_opts.get("header", True)),
+            csv_header=csv_opts.get("header", True) is not False,
             csv_delimiter=str(csv_opts.get("delimiter", ",")),
             meta=dict(cdc),
             transactions=str(cdc["transactions"]) if cdc.get("transactions") else None,
@@ -449,15 +513,21 @@ def _staging_names(
 
 
 def _parse_changes(
-    cdc: dict[str, Any], names: list[str], errors: list[str]
-) -> tuple[str, str, dict[str, str]]:
-    """Mode cdc: the sequence column, the operation column and its values."""
-    sequence = cdc.get("sequence")
-    if not sequence:
-        errors.append("meta.cdc.sequence (the column that orders changes) is required")
-    elif sequence not in names:
-        errors.append(f"sequence column {sequence!r} is not among the declared columns")
+    cdc: dict[str, Any], names: list[str], errors: list[str], fmt: str = "csv"
+) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+    """Mode cdc: the sequence column, the operation column and its values, and the settings
+    beside them (ties, file order, Files without the operation column)."""
+    sequence, extra = _parse_sequence(cdc.get("sequence"), names, errors, fmt)
     op = cdc.get("operation") or {}
+    if not isinstance(op, dict):
+        errors.append("meta.cdc.operation must be a mapping (column, preset or values, ...)")
+        op = {}
+    unknown = sorted(set(op) - {"column", "preset", "values", "missing_means", "files"})
+    if unknown:
+        errors.append(
+            f"unknown key(s) meta.cdc.operation.{', '.join(unknown)}; accepted: column, "
+            "preset, values, missing_means, files"
+        )
     op_column = str(op.get("column", "Op"))
     preset = str(op.get("preset", "dms")).lower()
     presets = {"dms": DMS_OPERATIONS, "debezium": DEBEZIUM_OPERATIONS}
@@ -473,7 +543,73 @@ def _parse_changes(
         errors.append(f"operation.values must map to I, U, D or T (truncate); got {bad_ops}")
     if op_column not in names:
         errors.append(f"operation column {op_column!r} is not among the declared columns")
-    return str(sequence or ""), op_column, operations
+    means = op.get("missing_means")
+    files = op.get("files", "LOAD*" if means is not None else None)
+    if means is None and files is not None:
+        errors.append(
+            "operation.files needs operation.missing_means (the operation of the rows of "
+            "Files without the operation column, e.g. I)"
+        )
+    elif means is not None:
+        if str(means) not in operations:
+            errors.append(
+                f"operation.missing_means {means!r} is not one of the operation codes "
+                f"({', '.join(operations)})"
+            )
+        globs = [files] if isinstance(files, str) else files
+        if (
+            not isinstance(globs, list)
+            or not globs
+            or not all(isinstance(g, str) and g and "/" not in g for g in globs)
+        ):
+            errors.append(
+                "operation.files must be a file name pattern or a list of them (default "
+                "LOAD*, DMS's full-load Files)"
+            )
+            globs = []
+        extra.update(op_missing_means=str(means), op_missing_files=tuple(globs))
+    return sequence, op_column, operations, extra
+
+
+def _parse_sequence(
+    raw: Any, names: list[str], errors: list[str], fmt: str
+) -> tuple[str, dict[str, Any]]:
+    """meta.cdc.sequence: a column; ``{column: c, ties: line}`` (changes of one key with the
+    same value in one File apply in line order: a commit time, such as DMS's
+    timestampColumnName); or ``{file_order: dms}`` (no column: each File's place in DMS's file
+    naming, then the line)."""
+    shapes = (
+        "meta.cdc.sequence (what orders changes) is required: a column, {column: <column>, "
+        "ties: line}, or {file_order: dms} (DMS's file names, then the line)"
+    )
+    if isinstance(raw, str) and raw:
+        column, ties, order = raw, None, None
+    elif isinstance(raw, dict) and raw:
+        unknown = sorted(set(raw) - {"column", "ties", "file_order"})
+        if unknown:
+            errors.append(f"unknown key(s) meta.cdc.sequence.{', '.join(unknown)}; {shapes}")
+        column, ties, order = raw.get("column"), raw.get("ties"), raw.get("file_order")
+        if order is not None and (column is not None or ties is not None):
+            errors.append("meta.cdc.sequence: file_order orders by the File and line alone")
+        if ties is not None and ties != "line":
+            errors.append(f"meta.cdc.sequence.ties {ties!r} unknown; accepted: line")
+        if order is not None and order not in FILE_ORDERS:
+            errors.append(
+                f"meta.cdc.sequence.file_order {order!r} unknown; accepted: {list(FILE_ORDERS)}"
+            )
+        if order is not None and fmt == "debezium":
+            errors.append("format debezium orders by a declared source field, not file_order")
+        if order is None and not column:
+            errors.append(shapes)
+    else:
+        errors.append(shapes)
+        return "", {}
+    if column is not None and column not in names:
+        errors.append(f"sequence column {column!r} is not among the declared columns")
+    extra: dict[str, Any] = {"sequence_ties": ties == "line"}
+    if order is not None:
+        extra["file_order"] = str(order)
+    return str(column or ""), extra
 
 
 def _parse_debezium(
@@ -484,8 +620,10 @@ def _parse_debezium(
     if not isinstance(conf, dict):
         errors.append("meta.cdc.debezium must be a mapping (fields, envelope)")
         return {}
-    for key in sorted(set(conf) - {"fields", "envelope"}):
-        errors.append(f"unknown key meta.cdc.debezium.{key}; accepted: ['envelope', 'fields']")
+    for key in sorted(set(conf) - {"fields", "envelope", "encodings"}):
+        errors.append(
+            f"unknown key meta.cdc.debezium.{key}; accepted: ['encodings', 'envelope', 'fields']"
+        )
     envelope = str(conf.get("envelope", "auto"))
     if envelope not in ENVELOPES:
         errors.append(f"debezium.envelope {envelope!r} unknown; accepted: {list(ENVELOPES)}")
@@ -508,7 +646,45 @@ def _parse_debezium(
             errors.append(f"debezium.fields: {column!r} is a key (keys come from the row image)")
         else:
             out[str(column)] = path
-    return {"debezium_fields": out, "debezium_envelope": envelope}
+    return {
+        "debezium_fields": out,
+        "debezium_envelope": envelope,
+        "debezium_encodings": _parse_encodings(conf.get("encodings"), names, out, errors),
+    }
+
+
+def _parse_encodings(
+    raw: Any, names: list[str], fields: dict[str, str], errors: list[str]
+) -> dict[str, tuple[str, int | None]]:
+    """debezium.encodings: column -> a logical type name, or {name: ..., scale: n} for a
+    Decimal: how the column's values are encoded when a line carries no schema."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        errors.append("debezium.encodings must map columns to logical types")
+        return {}
+    out: dict[str, tuple[str, int | None]] = {}
+    for column, spec in raw.items():
+        name, scale = (spec, None) if isinstance(spec, str) else (None, None)
+        if isinstance(spec, dict):
+            name, scale = spec.get("name"), spec.get("scale")
+            for key in sorted(set(spec) - {"name", "scale"}):
+                errors.append(f"debezium.encodings.{column}: unknown key {key!r} (name, scale)")
+        where = f"debezium.encodings.{column}"
+        if column not in names or column in fields:
+            errors.append(f"{where}: not a declared column of the row image")
+        elif name not in ENCODINGS:
+            errors.append(
+                f"{where}: {name!r} is not a logical type read here; accepted: "
+                + ", ".join(ENCODINGS)
+            )
+        elif name == "org.apache.kafka.connect.data.Decimal" and not (
+            isinstance(scale, int) and scale >= 0
+        ):
+            errors.append(f"{where}: a Decimal needs its scale: {{name: {name}, scale: 2}}")
+        else:
+            out[str(column)] = (str(name), scale if isinstance(scale, int) else None)
+    return out
 
 
 def _check_debezium_order(

@@ -277,7 +277,15 @@ class _Stager:
             log.warning("quarantined %s", reason)
         for file_id, rows in staged.staged.items():
             try:
-                self.db.mark_staged(file_id, self.process_id, self.process_id)
+                skipped = staged.skipped.get(file_id)
+                self.db.mark_staged(
+                    file_id,
+                    self.process_id,
+                    self.process_id,
+                    detail=f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"
+                    if skipped
+                    else None,
+                )
             except IllegalTransition as exc:  # our lease lapsed and another run took it
                 self.result.notes.append(f"File {file_id}: lease lost while staging ({exc})")
                 continue

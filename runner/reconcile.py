@@ -1,16 +1,23 @@
-"""`runner reconcile`: STAGED Files whose Applied File Marker exists become COMMITTED.
+"""`runner reconcile`: STAGED Files whose Applied File Markers exist become COMMITTED.
 
 The marker is written by the apply in the destination, after the target changed (ADR-0009);
-this is the second phase of ADR-0004's two-phase commit. A File counts as applied once any
-target table holds a marker for its content hash. The markers' row counts are kept with the
-File in the Audit DB (``runner status``, the run summary).
+this is the second phase of ADR-0004's two-phase commit. A File counts as applied once every
+apply target of its own entity holds a marker for its content hash: each model that applies
+the entity's staged rows (``meta.cdc.apply``: current state, history) and, for a transaction
+metadata entity, its ledger. Which models those are is read from the dbt project's manifest
+(``target/manifest.json``, written by every dbt command; parsed here when there is none). Two
+entities may receive Files of identical bytes: only the entity's own targets count, and the
+markers' row counts kept with the File (``runner status``, the run summary) are theirs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from audit.models import FileState
@@ -36,6 +43,75 @@ def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def manifest_path(inv: Invocation) -> Path:
+    """Where dbt writes the project's manifest (its target path: DBT_TARGET_PATH, else
+    dbt_project.yml's target-path, else ``target``)."""
+    import yaml
+
+    folder = os.environ.get("DBT_TARGET_PATH")
+    if not folder:
+        conf = yaml.safe_load((inv.project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
+        folder = str(conf.get("target-path") or "target")
+    return inv.project.dbt_project_dir / folder / "manifest.json"
+
+
+def apply_targets(inv: Invocation) -> dict[str, set[str]]:
+    """Entity -> the tables (``schema.identifier``, lower case, as markers name them) of the
+    models that write its Applied File Markers, from the dbt manifest."""
+    path = manifest_path(inv)
+    if not path.exists():
+        from runner.run import parsed_dbt
+
+        parsed_dbt(inv.project)  # writes the manifest
+    manifest = json.loads(path.read_text())
+    return targets_in_manifest(manifest, inv.entities)
+
+
+def targets_in_manifest(manifest: dict[str, Any], entities: dict[str, Any]) -> dict[str, set[str]]:
+    """The apply targets of each entity in a parsed manifest (see ``apply_targets``): the
+    models with ``meta.cdc.apply`` whose one upstream CDC source is the entity (the walk
+    stops at a transaction ledger, read for its gate only, as cdc.apply_entity() does), and
+    each transaction metadata entity's ledger model (``meta.cdc.ledger``, default its name)."""
+    nodes = manifest.get("nodes") or {}
+    sources = manifest.get("sources") or {}
+    ledgers = {e.meta.get("ledger") or e.name: e.name for e in entities.values() if e.members}
+    out: dict[str, set[str]] = {}
+
+    def cdc_meta(node: dict[str, Any]) -> dict[str, Any]:
+        meta = (node.get("config") or {}).get("meta") or node.get("meta") or {}
+        return meta.get("cdc") or {}
+
+    def table(node: dict[str, Any]) -> str:
+        return f"{node.get('schema')}.{node.get('alias') or node.get('name')}".lower()
+
+    for node in nodes.values():
+        if node.get("resource_type") != "model":
+            continue
+        meta = cdc_meta(node)
+        if meta.get("transaction_ledger") and node.get("name") in ledgers:
+            out.setdefault(ledgers[node["name"]], set()).add(table(node))
+            continue
+        if meta.get("apply") is not True:
+            continue
+        found: list[str] = []
+        queue = list((node.get("depends_on") or {}).get("nodes") or [])
+        seen = set(queue)
+        while queue:
+            uid = queue.pop(0)
+            if uid in sources:
+                name = sources[uid].get("name")
+                if cdc_meta(sources[uid]) and name not in found:
+                    found.append(name)
+            elif uid in nodes and not cdc_meta(nodes[uid]).get("transaction_ledger"):
+                for parent in (nodes[uid].get("depends_on") or {}).get("nodes") or []:
+                    if parent not in seen:
+                        seen.add(parent)
+                        queue.append(parent)
+        if len(found) == 1:
+            out.setdefault(found[0], set()).add(table(node))
+    return out
+
+
 def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> ReconcileResult:
     """``skip_held``: leave out the Files a build left held by their transaction group (no
     marker can have come since without another build): with only those STAGED, nothing is read
@@ -50,9 +126,16 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
     if not staged:
         return result
     markers = applied_markers(inv)
+    if not any(rec.content_hash in markers for rec in staged):
+        result.waiting += len(staged)
+        return result
+    targets_of = apply_targets(inv)
     for rec in staged:
-        found = markers.get(rec.content_hash)
-        if not found:
+        wanted = targets_of.get(rec.entity, set())
+        found = [
+            m for m in markers.get(rec.content_hash, []) if str(m["target_table"]).lower() in wanted
+        ]
+        if not wanted or {str(m["target_table"]).lower() for m in found} != wanted:
             result.waiting += 1
             continue
         targets = sorted({m["target_table"] for m in found})

@@ -168,7 +168,9 @@
   {%- set unchanged = [] -%}
   {%- if meta.get('null_means', 'value') == 'unchanged' -%}
     {%- set op = meta.get('operation') or {} -%}
-    {%- set fixed = (meta.get('keys') if meta.get('keys') is not string else [meta.get('keys')]) + [meta.get('sequence'), op.get('column', 'Op')] -%}
+    {%- set sequence = meta.get('sequence') -%}
+    {%- set sequence = (sequence.get('column') or '') if sequence is mapping else (sequence or '') -%}
+    {%- set fixed = (meta.get('keys') if meta.get('keys') is not string else [meta.get('keys')]) + [sequence, op.get('column', 'Op')] -%}
     {%- set fixed = fixed | map('lower') | list -%}
     {%- set listed = meta.get('unchanged_columns') -%}
     {%- if listed is none -%}

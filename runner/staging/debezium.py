@@ -24,12 +24,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runner.entities import INTEGER_TYPES, Entity
+from runner.staging.decode import SCHEMA, decode_columns, line_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 ENVELOPE = "__envelope_problem"
+# A Kafka tombstone: a blank or ``null`` line (the value Kafka keeps after a delete, written
+# by sinks as such a line): skipped and counted, never a bad row.
+TOMBSTONE = "__tombstone"
 TS_MS = "__ts_ms"
 SEQUENCE_BASE = "__sequence_base"
 UPSERT_OPS = ("c", "r", "u")
@@ -71,19 +75,38 @@ def read_debezium(
             T.StructField(corrupt, T.StringType()),
         ]
     )
-    raw = read_json_lines(spark, schema, paths, corrupt)
+    # Line by line (a text read, then the JSON parse), so that a blank line keeps its place:
+    # a row's number is its line, and Kafka tombstones (blank or ``null`` lines) are rows.
+    text = spark.read.option("encoding", "UTF-8").text(paths)
+    parsed = F.from_json(
+        F.col("value"), schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
+    )
+    raw = text.select(
+        parsed.alias("__line"),
+        F.trim(F.col("value")).isin("", "null").alias(TOMBSTONE),
+        *([F.col("_metadata")] if metadata else []),
+    ).select("__line.*", TOMBSTONE, *(["_metadata"] if metadata else []))
+    may_have_schema = entity.debezium_envelope != "plain"
+    if may_have_schema:
+        raw = raw.withColumn(SCHEMA, line_schema(F.col("schema")))
     wrapped, env = unwrapped()
     op = env("op")
     row_image = F.when(op == F.lit("d"), env("before")).otherwise(env("after"))
+    image = {c.name: row_image.getField(c.name) for c in entity.columns if c.name not in fields}
+    raw, texts, problems = decode_columns(raw, entity, image, may_have_schema)
     values = [
-        (env(fields[c.name]) if c.name in fields else row_image.getField(c.name)).alias(c.name)
+        (env(fields[c.name]) if c.name in fields else texts[c.name]).alias(c.name)
         for c in entity.columns
     ]
+    tombstone = F.col(TOMBSTONE)
     return raw.select(
         *values,
-        _problem(entity, wrapped, op, env).alias(ENVELOPE),
+        F.when(~tombstone, F.coalesce(_problem(entity, wrapped, op, env), *problems)).alias(
+            ENVELOPE
+        ),
         env("ts_ms").alias(TS_MS),
-        F.col(corrupt),
+        F.when(~tombstone, F.col(corrupt)).alias(corrupt),
+        tombstone,
         *([F.col("_metadata")] if metadata else []),
     )
 

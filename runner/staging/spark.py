@@ -37,6 +37,7 @@ from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
     ENVELOPE,
     SEQUENCE_BASE,
+    TOMBSTONE,
     TS_MS,
     column_field,
     negative_sequence,
@@ -61,6 +62,7 @@ FIRST_ID = "__first_id"
 OFFSET = "__offset"
 H1, H2 = "__h1", "__h2"
 EFFECTIVE = "__value_effective_date"
+FILE_ORDER = "__value_file_order"
 CSV_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
 
 
@@ -68,6 +70,7 @@ CSV_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
 class StageResult:
     staged: dict[int, int] = field(default_factory=dict)  # file_id -> rows staged
     quarantined: dict[int, str] = field(default_factory=dict)  # file_id -> reason
+    skipped: dict[int, int] = field(default_factory=dict)  # file_id -> Kafka tombstones skipped
 
     @property
     def rows(self) -> int:
@@ -91,7 +94,18 @@ def stage_entity(
     result = StageResult()
     groups: dict[tuple[tuple[str, ...], bool], list[FileToStage]] = {}
     dates: dict[int, date] = {}
+    orders: dict[int, str] = {}
     for f in files:
+        if entity.file_order is not None:
+            place = dms_file_order(f.path.name)
+            if place is None:
+                result.quarantined[f.file_id] = (
+                    f"{f.path.name}: not a name AWS DMS gives its Files (LOAD<hex counter> for "
+                    "the full load, <yyyymmdd>-<time digits> for changes); meta.cdc.sequence "
+                    "file_order: dms orders Files by those names"
+                )
+                continue
+            orders[f.file_id] = place
         if entity.is_snapshot:
             when, problem = file_effective_date(entity, f.path.name, effective_date)
             if problem:
@@ -128,6 +142,7 @@ def stage_entity(
                 writer,
                 file_identity,
                 dates,
+                orders,
             )
     finally:
         if pruning is None:
@@ -135,6 +150,25 @@ def stage_entity(
         else:
             spark.conf.set(CSV_PRUNING, pruning)
     return result
+
+
+DMS_LOAD = re.compile(r"^LOAD(?:_(\d+)_)?([0-9A-Fa-f]+)\.")
+DMS_CHANGES = re.compile(r"^(\d{8})-(\d+)\.")
+
+
+def dms_file_order(name: str) -> str | None:
+    """A File's place in AWS DMS's order, as text that sorts like it: the full load's Files
+    (``LOAD00000001.csv``, hexadecimal counters; ``LOAD_2_00000001`` with parallel load) before
+    the change Files, which are named by the time they were written
+    (``20260301-080500658.csv``; date folders do not change the name). None for another name."""
+    load = DMS_LOAD.match(name)
+    if load:
+        segment = int(load.group(1) or 0)
+        return f"0.{segment:06d}.{load.group(2).upper().rjust(16, '0')}"
+    changes = DMS_CHANGES.match(name)
+    if changes:
+        return f"1.{changes.group(1)}-{changes.group(2).ljust(12, '0')}"
+    return None
 
 
 def file_effective_date(
@@ -276,9 +310,21 @@ def _typed(raw: DataFrame, entity: Entity, header: list[str]) -> DataFrame:
             )
         return F.col(c)
 
-    envelope = [ENVELOPE, TS_MS] if entity.format == "debezium" else []
+    envelope = [ENVELOPE, TS_MS, TOMBSTONE] if entity.format == "debezium" else []
+    # A File without the operation column (a DMS full load): each row is operation_missing.
+    absent = [
+        F.lit(entity.op_missing_means).alias(RAW + c.name)
+        for c in entity.columns
+        if c.name not in header and c.name == entity.operation_column
+    ]
     out = raw.select(
-        *[raw_value(c).alias(RAW + c) for c in header], CORRUPT, *envelope, FILE_URI, BLOCK, ID
+        *[raw_value(c).alias(RAW + c) for c in header],
+        *absent,
+        CORRUPT,
+        *envelope,
+        FILE_URI,
+        BLOCK,
+        ID,
     )
     out = out.select(
         "*", *[F.col(RAW + c.name).cast(c.data_type).alias(c.name) for c in entity.columns]
@@ -295,7 +341,13 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
     malformed = {
         "json": "not a valid JSON object",
         "debezium": "not a Debezium envelope (invalid JSON, or a field of the wrong JSON type)",
-    }.get(entity.format, "wrong number of fields for the header")
+    }.get(
+        entity.format,
+        "wrong number of fields for the header"
+        if entity.csv_header
+        else "wrong number of fields (the File has no header row: its fields are the declared "
+        "columns, in order)",
+    )
     checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
     debezium = entity.format == "debezium"
     if debezium:
@@ -345,6 +397,8 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
         return F.coalesce(*checks)
     if debezium and (negative := negative_sequence(entity)) is not None:
         checks.append(negative)
+    if not debezium and entity.sequence_ties:
+        checks.append(_unsortable_sequence(entity))
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
         F.when(
@@ -356,13 +410,17 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
             ),
         )
     )
+    if debezium:
+        return F.when(~F.col(TOMBSTONE), F.coalesce(*checks))
     return F.coalesce(*checks)
 
 
 def _sequence_of(entity: Entity) -> str:
     """The column that orders an entity's changes in staging: the declared sequence, or for
     Debezium the sequence then ts_ms (``SEQUENCE_BASE``; a tie-break is appended at the write)."""
-    return SEQUENCE_BASE if entity.format == "debezium" else entity.sequence
+    if entity.format == "debezium":
+        return SEQUENCE_BASE
+    return ID if entity.file_order is not None else entity.sequence  # file order: see _by_line
 
 
 def _op_map(entity: Entity) -> Column:
@@ -382,6 +440,7 @@ class _FileStats:
     bad_ids: list[int] = field(default_factory=list)  # the first bad row's id per block
     first_bad: int | None = None  # id of the File's first bad row
     duplicates: int = 0  # rows dropped as exact duplicates of an earlier row
+    tombstones: int = 0  # Kafka tombstones (blank or null lines) skipped
     conflict: tuple[int, int] | None = None  # ids of two rows of one conflict
     # snapshot Files whose rows hold the effective date: (lowest, its id), (highest, its id)
     date_low: tuple[date, int] | None = None
@@ -420,13 +479,19 @@ def _scan_stats(
     keys = [f"__k{i}" for i in range(len(entity.keys))]
     eff = entity.effective_date
     snapshot = entity.is_snapshot
+    tombstone = F.col(TOMBSTONE) if entity.format == "debezium" else F.lit(False)
+    bad = _error(entity, writer).isNotNull()
+    # Ties broken by the line: every row its own group (no duplicates, no conflicts).
+    sequence = F.col(ID) if entity.ordered_by_line else F.col(_sequence_of(entity))
     rows = typed.select(
         FILE_URI,
         BLOCK,
         ID,
-        _error(entity, writer).isNotNull().alias("__bad"),
+        bad.alias("__bad"),
+        tombstone.alias("__tomb"),
+        (bad | tombstone).alias("__skip"),
         *[F.col(k).alias(a) for k, a in zip(entity.keys, keys, strict=True)],
-        (F.lit(None) if snapshot else F.col(_sequence_of(entity))).alias("__seq"),
+        (F.lit(None) if snapshot else sequence).alias("__seq"),
         F.xxhash64(*[F.col(c) for c in business]).alias(H1),
         F.hash(*[F.col(c) for c in business]).alias(H2),
         (F.col(eff.column) if eff and eff.column else F.lit(None).cast("date")).alias("__eff"),
@@ -445,16 +510,17 @@ def _scan_stats(
                 SELECT {FILE_URI} AS f, {BLOCK} AS b, grouping({BLOCK}) AS by_key,
                     count(*) AS n, min({ID}) AS first_id, max({ID}) AS last_id,
                     count_if(__bad) AS bad, min(CASE WHEN __bad THEN {ID} END) AS first_bad,
+                    count_if(__tomb) AS tomb,
                     {differ} AS differ,
                     min(__eff) AS eff_low, min_by({ID}, __eff) AS eff_low_id,
                     max(__eff) AS eff_high, max_by({ID}, __eff) AS eff_high_id
                 FROM {view}
                 GROUP BY GROUPING SETS (
-                    ({FILE_URI}, {BLOCK}), ({FILE_URI}, __bad, {", ".join(keys)}, __seq))
-                HAVING by_key = 0 OR (bad = 0 AND n > 1)
+                    ({FILE_URI}, {BLOCK}), ({FILE_URI}, __skip, {", ".join(keys)}, __seq))
+                HAVING by_key = 0 OR (count_if(__skip) = 0 AND n > 1)
             )
             SELECT f, by_key, CASE WHEN by_key = 0 THEN b END AS b,
-                sum(n) AS n, min(first_id) AS first_id, sum(bad) AS bad,
+                sum(n) AS n, min(first_id) AS first_id, sum(bad) AS bad, sum(tomb) AS tomb,
                 min(first_bad) AS first_bad,
                 min(eff_low) AS eff_low, min_by(eff_low_id, eff_low) AS eff_low_id,
                 max(eff_high) AS eff_high, max_by(eff_high_id, eff_high) AS eff_high_id,
@@ -472,6 +538,7 @@ def _scan_stats(
         if r["by_key"] == 0:
             st.blocks[int(r["b"])] = (int(r["n"]), int(r["first_id"]))
             st.bad += int(r["bad"])
+            st.tombstones += int(r["tomb"] or 0)
             if r["eff_low"] is not None:
                 low, high = (
                     (r["eff_low"], int(r["eff_low_id"])),
@@ -527,6 +594,7 @@ def _stage_group(
     writer: StagingWriter,
     file_identity: str,
     dates: dict[int, date],
+    orders: dict[int, str],
 ) -> None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -607,7 +675,9 @@ def _stage_group(
         f = by_uri[uri]
         if f.file_id in bad:
             continue
-        counts[f.content_hash] = st.read - st.duplicates
+        counts[f.content_hash] = st.read - st.duplicates - st.tombstones
+        if st.tombstones:
+            result.skipped[f.file_id] = st.tombstones
         offsets = st.offsets()
         for start, (_, first_id) in st.blocks.items():
             blocks.append(
@@ -620,16 +690,19 @@ def _stage_group(
                     f.path.name,
                     str(f.path),
                     dates.get(f.file_id),
+                    orders.get(f.file_id),
                 )
             )
     block_map = spark.createDataFrame(
         blocks,
         f"{FILE_URI} string, {BLOCK} bigint, {FIRST_ID} bigint, {OFFSET} bigint, "
         f"{FILE_VALUES[0]} string, {FILE_VALUES[1]} string, {FILE_VALUES[2]} string, "
-        f"{EFFECTIVE} date",
+        f"{EFFECTIVE} date, {FILE_ORDER} string",
     )
     business = [c.name for c in entity.columns]
     # Pass 2. Every row of a good File is a good row: no checks to evaluate again.
+    if entity.format == "debezium":
+        typed = typed.where(~F.col(TOMBSTONE))
     rows = (
         typed.join(F.broadcast(block_map), [FILE_URI, BLOCK], "inner")
         .withColumn(lineage["row_number"], F.col(ID) - F.col(FIRST_ID) + F.col(OFFSET) + F.lit(1))
@@ -666,6 +739,8 @@ def _stage_group(
         )
     if entity.format == "debezium":
         rows = rows.withColumn(lineage["sequence"], _with_tie_break(rows, entity, ties))
+    elif entity.ordered_by_line:
+        rows = rows.withColumn(lineage["sequence"], _by_line(entity))
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
         lineage["file_hash"], lineage["sequence"]
     )
@@ -690,6 +765,47 @@ def _with_tie_break(rows: DataFrame, entity: Entity, ties: bool) -> Column:
         )
         rank = F.row_number().over(group) - 1
     return F.concat(F.col(SEQUENCE_BASE), F.lit("."), F.lpad(rank.cast("string"), 4, "0"))
+
+
+def _by_line(entity: Entity) -> Column:
+    """The staged sequence of an entity whose ties are broken by the line: the sequence as
+    sortable text (or the File's place in DMS's order), then the line (12 digits)."""
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    if entity.file_order is not None:
+        base = F.col(FILE_ORDER)
+    else:
+        base = sortable_text(F.col(entity.sequence), entity.column(entity.sequence).data_type)
+    return F.concat(base, F.lit("."), F.lpad(F.col(lineage["row_number"]).cast("string"), 12, "0"))
+
+
+def sortable_text(value: Column, data_type: str) -> Column:
+    """A sequence value as text that sorts like the value (non-negative numbers)."""
+    from pyspark.sql import functions as F
+
+    t = data_type.lower()
+    if t in ("timestamp", "timestamp_ntz"):
+        return F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSS")
+    if t == "date":
+        return F.date_format(value, "yyyy-MM-dd")
+    if t in ("tinyint", "smallint", "int", "integer", "bigint") or t.startswith("decimal"):
+        return F.lpad(value.cast("string"), 40, "0")
+    return value.cast("string")
+
+
+def _unsortable_sequence(entity: Entity) -> Column:
+    """Why a sequence value cannot be ordered as text (a negative number), or NULL."""
+    from pyspark.sql import functions as F
+
+    t = entity.column(entity.sequence).data_type.lower()
+    numeric = t in ("tinyint", "smallint", "int", "integer", "bigint", "float", "double")
+    if not (numeric or t.startswith("decimal")):
+        return F.lit(None).cast("string")
+    return F.when(
+        F.col(entity.sequence) < 0,
+        F.lit(f"column {entity.sequence!r}: a negative sequence (ties: line orders it as text)"),
+    )
 
 
 def _uri_spellings(uri: str) -> set[str]:

@@ -113,7 +113,7 @@ def _bad_utf8(path: FilePath, entity: Entity, position: int, reason: str) -> str
         prefix = handle.read(position - line_start).decode("utf-8", errors="replace")
     column = len(prefix) + 1
     where = f"{path.name}: line {line}, column {column}"
-    if entity.format == "csv" and line > 1:
+    if entity.format == "csv" and (line > 1 or not entity.csv_header):
         fields = next(csv.reader([prefix + "x"], delimiter=entity.csv_delimiter), [])
         header = _header_names(path, entity)
         if header and 0 < len(fields) <= len(header):
@@ -131,7 +131,7 @@ def _skip(handle: BinaryIO, count: int) -> None:
 
 def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
     if not entity.csv_header:
-        return [c.name for c in entity.columns]
+        return expected_columns(path, entity)
     try:
         with open_text(path) as handle:
             first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
@@ -140,12 +140,22 @@ def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
     return [h.strip().lstrip("\ufeff") for h in first] if first else None
 
 
+def expected_columns(path: FilePath, entity: Entity) -> list[str]:
+    """The declared columns a File holds, in order: all of them, but the operation column in
+    a File that lacks it (a DMS full-load File: meta.cdc.operation.files)."""
+    missing = entity.op_missing(path.name)
+    return [c.name for c in entity.columns if not (missing and c.name == entity.operation_column)]
+
+
 def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
-    """(header columns, None) or (None, reason naming line 1 and the column)."""
+    """(header columns, None) or (None, reason naming line 1 and the column). A File without
+    a header row (csv.header: false) holds the declared columns in their declared order."""
     if entity.format in ("json", "debezium"):
         return [c.name for c in entity.columns], None  # JSON lines: each record names its fields
     if entity.format == "parquet":
         return _parquet_header(path, entity)
+    if not entity.csv_header:
+        return _headerless(path, entity)
     try:
         with open_text(path) as handle:
             first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
@@ -156,7 +166,7 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
     if first is None:
         return None, f"{path.name}: line 1: empty File, expected a header row"
     header = [h.strip().lstrip("\ufeff") for h in first]
-    declared = [c.name for c in entity.columns]
+    declared = expected_columns(path, entity)
     missing = [c for c in declared if c not in header]
     if missing:
         return (
@@ -181,6 +191,25 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
     return header, None
 
 
+def _headerless(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
+    """The declared columns (a File without a header row), unless its first line is the
+    header row after all (csv.header: false would read it as data)."""
+    expected = expected_columns(path, entity)
+    try:
+        with open_text(path) as handle:
+            first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
+    except UnicodeDecodeError:
+        return None, scan_text(path, entity) or f"{path.name}: line 1: not valid UTF-8"
+    except (OSError, csv.Error, EOFError, zlib.error) as exc:
+        return None, f"{path.name}: cannot be read as CSV: {exc}"
+    if first is not None and [h.strip().lstrip("\ufeff") for h in first] == expected:
+        return None, (
+            f"{path.name}: line 1: a header row, but meta.cdc.csv.header is false (the File's "
+            "fields are read as the declared columns, in order); set header: true"
+        )
+    return expected, None
+
+
 def _parquet_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
     """Column names from the Parquet footer (pyarrow reads only the footer)."""
     import pyarrow as pa
@@ -200,7 +229,7 @@ def _parquet_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, s
 def _check_names(
     path: FilePath, entity: Entity, header: list[str], where: str
 ) -> tuple[list[str] | None, str | None]:
-    declared = [c.name for c in entity.columns]
+    declared = expected_columns(path, entity)
     missing = [c for c in declared if c not in header]
     if missing:
         return None, (
