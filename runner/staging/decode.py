@@ -51,18 +51,28 @@ SCHEMA = "__schema_fields"
 
 
 def line_schema(schema_text: Column) -> Column:
-    """The parsed ``schema`` of a wrapped line (NULL on a bare line)."""
+    """A wrapped line's row image types: field name -> {name: its logical type, scale}, from
+    the schema of ``after`` (or ``before``: Debezium gives both the same); NULL on a bare
+    line."""
     from pyspark.sql import functions as F
 
-    return F.from_json(schema_text, SCHEMA_DDL)
+    sides = F.from_json(schema_text, SCHEMA_DDL)["fields"]
 
+    def side(name: str) -> Column:
+        return F.filter(sides, lambda f: f["field"] == F.lit(name))[0]["fields"]
 
-def _field_schema(column: str, side: str) -> Column:
-    """The schema entry of ``column`` in the ``side`` (after, before) struct of a line."""
-    from pyspark.sql import functions as F
-
-    sides = F.filter(F.col(SCHEMA)["fields"], lambda f: f["field"] == F.lit(side))
-    return F.filter(sides[0]["fields"], lambda f: f["field"] == F.lit(column))[0]
+    fields = F.filter(F.coalesce(side("after"), side("before")), lambda g: g["field"].isNotNull())
+    return F.map_from_entries(
+        F.transform(
+            fields,
+            lambda g: F.struct(
+                g["field"].alias("key"),
+                F.struct(
+                    g["name"].alias("name"), g["parameters"]["scale"].cast("int").alias("scale")
+                ).alias("value"),
+            ),
+        )
+    )
 
 
 def decode_columns(
@@ -93,13 +103,9 @@ def decode_columns(
         name: Column = F.lit(declared[0] if declared else None).cast("string")
         scale: Column = F.lit(declared[1] if declared else None).cast("int")
         if wrapped:
-            after, before = _field_schema(c, "after"), _field_schema(c, "before")
-            name = F.coalesce(after["name"], before["name"], name)
-            scale = F.coalesce(
-                after["parameters"]["scale"].cast("int"),
-                before["parameters"]["scale"].cast("int"),
-                scale,
-            )
+            found = F.try_element_at(F.col(SCHEMA), F.lit(c))
+            name = F.coalesce(found["name"], name)
+            scale = F.coalesce(found["scale"], scale)
         step[col(i, "v")] = values[c]
         step[col(i, "n")] = name
         step[col(i, "s")] = scale
@@ -117,6 +123,8 @@ def decode_columns(
             F.hex(F.call_function("try_to_binary", b64, F.lit("base64"))),
         )
         step[col(i, "u")] = _count(v)
+        step[col(i, "tu")] = F.try_element_at(_units(TIMES), n)
+        step[col(i, "su")] = F.try_element_at(_units(TIMESTAMPS), n)
     df = df.withColumns(step)
     step = {}
     for i, _ in enumerate(coded):
@@ -161,11 +169,10 @@ def decode_columns(
         valid = (F.length(h) > 0) & (s >= 0) & x.isNotNull()
         text = F.when(n.isin(DECIMAL, VARIABLE_DECIMAL), F.when(valid, number))
         if entity.column(c).data_type not in INTEGER_TYPES:  # an integer keeps the count
+            time_unit, stamp_unit = F.col(col(i, "tu")), F.col(col(i, "su"))
             text = text.when(n.isin(*DATES), _date_text(u))
-            for logical, unit in TIMES.items():
-                text = text.when(n == F.lit(logical), _time_text(u, unit))
-            for logical, unit in TIMESTAMPS.items():
-                text = text.when(n == F.lit(logical), _timestamp_text(u, unit))
+            text = text.when(time_unit.isNotNull(), _time_text(u, time_unit))
+            text = text.when(stamp_unit.isNotNull(), _timestamp_text(u, stamp_unit))
         step[col(i, "t")] = text.otherwise(v)
     df = df.withColumns(step)
     for i, c in enumerate(coded):
@@ -208,6 +215,20 @@ def _hex_to_decimal(hexed: Column) -> Column:
     )
 
 
+def _div(count: Column, per_second: Column) -> Column:
+    """Whole seconds of a count, exactly (decimal division: a double loses nanoseconds)."""
+    from pyspark.sql import functions as F
+
+    return F.floor(count.cast("decimal(20,0)") / per_second.cast("decimal(20,0)")).cast("bigint")
+
+
+def _units(units: dict[str, int]) -> Column:
+    """A literal map: logical type -> units per second."""
+    from pyspark.sql import functions as F
+
+    return F.create_map(*[F.lit(x) for kv in units.items() for x in kv])
+
+
 def _count(value: Column) -> Column:
     """An integer count (days, units since the epoch or midnight), or NULL when not one."""
     from pyspark.sql import functions as F
@@ -239,28 +260,29 @@ def _clock(seconds_of_day: Column) -> Column:
     )
 
 
-def _fraction(units: Column, per_second: int) -> Column:
+def _fraction(units: Column, per_second: Column) -> Column:
+    """The fraction of a second of a count, as digits (3 for ms, 6 for us, 9 for ns)."""
     from pyspark.sql import functions as F
 
-    digits = len(str(per_second)) - 1
-    return F.lpad(F.pmod(units, F.lit(per_second)).cast("string"), digits, "0")
+    digits = F.length(per_second.cast("string")) - F.lit(1)
+    return F.call_function("lpad", F.pmod(units, per_second).cast("string"), digits, F.lit("0"))
 
 
-def _time_text(units: Column, per_second: int) -> Column:
+def _time_text(units: Column, per_second: Column) -> Column:
     """A time of day (a count of units since midnight) as HH:mm:ss.fraction."""
     from pyspark.sql import functions as F
 
-    seconds = F.floor(units / F.lit(per_second))
+    seconds = _div(units, per_second)
     ok = units.isNotNull() & (units >= 0) & (seconds < 86400)
     return F.when(ok, F.concat(_clock(seconds), F.lit("."), _fraction(units, per_second)))
 
 
-def _timestamp_text(units: Column, per_second: int) -> Column:
+def _timestamp_text(units: Column, per_second: Column) -> Column:
     """A count of units since the epoch (UTC) as yyyy-MM-dd HH:mm:ss.fraction, computed
     without the session's time zone."""
     from pyspark.sql import functions as F
 
-    seconds = F.floor(units / F.lit(per_second))
+    seconds = _div(units, per_second)
     days = F.floor(seconds / F.lit(86400))
     day = F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int"))
     text = F.concat(
