@@ -441,6 +441,15 @@ def _parse(
     else:
         sequence, op_column, operations, ordering = _parse_changes(cdc, names, errors, fmt)
         extra.update(ordering)
+        if ordering.get("sequence_ties"):
+            kind = next((c.data_type for c in columns if c.name == sequence), "string")
+            if fmt == "debezium":
+                errors.append("format debezium breaks ties by the line already: sequence: <column>")
+            elif kind in ("float", "double", "boolean", "binary"):
+                errors.append(
+                    f"sequence {sequence!r}: ties: line needs an integer, decimal, "
+                    f"date, timestamp or string column, not {kind}"
+                )
         extra.update(_parse_partial(cdc, names, [*keys, sequence, op_column], errors))
         if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
             _check_debezium_order(extra["debezium_fields"], columns, sequence, op_column, errors)
@@ -582,6 +591,9 @@ def _parse_sequence(
         "meta.cdc.sequence (what orders changes) is required: a column, {column: <column>, "
         "ties: line}, or {file_order: dms} (DMS's file names, then the line)"
     )
+    column: Any
+    ties: Any
+    order: Any
     if isinstance(raw, str) and raw:
         column, ties, order = raw, None, None
     elif isinstance(raw, dict) and raw:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
@@ -299,3 +300,85 @@ def test_a_synthetic_entity_declaration_is_valid_and_matches_its_files(tmp_path:
     for path in files:
         header, problem = read_header(path, declared)
         assert problem is None and header == [c.name for c in declared.columns]
+
+
+def test_real_source_settings_are_read_and_their_mistakes_reported(tmp_path: Path) -> None:
+    """The examples users copy (docs/examples) load as declared; DMS's full-load Files are
+    read without Op, headerless Files by the declared order; wrong shapes are each reported."""
+    from runner.staging.spark import dms_file_order
+    from runner.staging.validate import read_header
+
+    root = make_project(tmp_path / "repo")
+    models = root / "dbt_project" / "models"
+    for example in ("dms_defaults", "debezium_defaults"):
+        for path in (REPO / "docs" / "examples" / example).iterdir():
+            (models / path.name).write_text(path.read_text())
+    entities = load_entities(Project.load(root, target="local"))
+    dms, products = entities["dms_customers"], entities["products"]
+    assert (dms.csv_header, dms.file_order, dms.sequence, dms.sequence_type) == (
+        False, "dms", "", "string"
+    )  # fmt: skip
+    assert (dms.op_missing_means, dms.op_missing_files) == ("I", ("LOAD*",))
+    assert products.debezium_encodings == {}  # read from each line's schema
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    load, change = folder / "LOAD00000001.csv", folder / "20260301-080500658.csv"
+    headed = folder / "LOAD0000000A.csv"
+    load.write_text("1,Ann,gold,1.00,2026-03-01 00:00:00\n")
+    change.write_text("Op,customer_id,name,tier,balance,updated_at\n")
+    assert read_header(load, dms) == (
+        ["customer_id", "name", "tier", "balance", "updated_at"],
+        None,
+    )
+    columns, problem = read_header(change, dms)
+    assert columns is None and "line 1: a header row, but meta.cdc.csv.header is false" in problem
+    with_header = dataclasses.replace(dms, csv_header=True)
+    headed.write_text("customer_id,name,tier,balance,updated_at\n")
+    assert read_header(headed, with_header)[0] == [
+        "customer_id",
+        "name",
+        "tier",
+        "balance",
+        "updated_at",
+    ]
+    # addColumnName=true: only the Files named like a full load may lack Op
+    no_op = _written(
+        folder / "20260301-090000000.csv", "customer_id,name,tier,balance,updated_at\n"
+    )
+    problem = read_header(no_op, with_header)[1]
+    assert problem is not None and "column 'Op': declared column missing from the header" in problem
+    # DMS's order of Files: the full load (hexadecimal counters), then changes by time.
+    names = ["20260302-000000001.csv", "LOAD0000000A.csv", "LOAD00000009.csv",
+             "20260301-235959999.parquet", "LOAD_2_00000001.csv"]  # fmt: skip
+    assert sorted(names, key=lambda n: dms_file_order(n) or "") == [
+        "LOAD00000009.csv", "LOAD0000000A.csv", "LOAD_2_00000001.csv",
+        "20260301-235959999.parquet", "20260302-000000001.csv",
+    ]  # fmt: skip
+    assert dms_file_order("customers-extra.csv") is None
+
+    table = yaml.safe_load((REPO / "docs/examples/dms_defaults/dms_customers.yml").read_text())
+    cdc = table["sources"][0]["tables"][0]["meta"]["cdc"]
+    cdc.update(
+        sequence={"file_order": "svn", "ties": "line"},
+        operation={"column": "Op", "missing_means": "X", "files": ["a/LOAD*"]},
+        csv={"header": "no", "quote": "'"},
+    )
+    (models / "dms_customers.yml").write_text(yaml.safe_dump(table))
+    (models / "products.yml").unlink()
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    for expected in (
+        "file_order orders by the File and line alone",
+        "file_order 'svn' unknown; accepted: ['dms']",
+        "operation.missing_means 'X' is not one of the operation codes (I, U, D)",
+        "operation.files must be a file name pattern",
+        "csv.header must be true or false, got 'no'",
+        "unknown key meta.cdc.csv.quote",
+    ):
+        assert expected in str(err.value), (expected, str(err.value))
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from helpers.oracles import naive
 from helpers.project import REPO
 

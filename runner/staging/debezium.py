@@ -92,8 +92,8 @@ def read_debezium(
     wrapped, env = unwrapped()
     op = env("op")
     row_image = F.when(op == F.lit("d"), env("before")).otherwise(env("after"))
-    image = {c.name: row_image.getField(c.name) for c in entity.columns if c.name not in fields}
-    raw, texts, problems = decode_columns(raw, entity, image, may_have_schema)
+    images = {c.name: row_image.getField(c.name) for c in entity.columns if c.name not in fields}
+    raw, texts, problems = decode_columns(raw, entity, images, may_have_schema)
     values = [
         (env(fields[c.name]) if c.name in fields else texts[c.name]).alias(c.name)
         for c in entity.columns
