@@ -296,7 +296,15 @@ def bad_debezium_files(sample: Path, dest: Path) -> dict[str, str]:
         return json.dumps(line)
 
     good = json.dumps(first)
+    delete = next(
+        json.loads(t) for t in sample.read_text().splitlines() if '"op":"d"' in t
+    )  # a delete whose before holds only the key (REPLICA IDENTITY DEFAULT) ...
+    delete["payload"]["before"] = {"name": "no key here"}  # ... and one without the key
     cases = {
+        "bad-delete.json": (
+            ["null", json.dumps(delete)],
+            "line 2, field 'before.id': NULL in a key",
+        ),
         "bad-base64.json": (
             [good, variant(price="@@not-base64")],
             "line 2, field 'after.price': \"@@not-base64\" is not a valid "

@@ -358,17 +358,23 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
 
     eff = entity.effective_date
     op_value = _op_map(entity)[F.col(RAW + entity.operation_column)]
+
+    def null_key(column: str, what: str) -> Column:
+        """A NULL key or sequence; a Debezium delete's key is its ``before``'s field."""
+        if not debezium or column in entity.debezium_fields:
+            return F.lit(f"{named(column)}: NULL in {what}")
+        side = F.when(op_value == F.lit("D"), F.lit("before.")).otherwise(F.lit("after."))
+        return F.concat(F.lit("field '"), side, F.lit(f"{column}': NULL in {what}"))
+
     truncate = F.coalesce(op_value == F.lit("T"), F.lit(False)) if entity.truncates else None
     for col in entity.columns:
         raw_col = F.col(RAW + col.name)
         if col.name in entity.keys and truncate is not None:
             # A truncate is of the whole table: its key columns may be empty.
-            checks.append(
-                F.when(raw_col.isNull() & ~truncate, F.lit(f"{named(col.name)}: NULL in a key"))
-            )
+            checks.append(F.when(raw_col.isNull() & ~truncate, null_key(col.name, "a key")))
         elif col.name in entity.keys or col.name == entity.sequence:
             what = "a key" if entity.is_snapshot else "a key or sequence"
-            checks.append(F.when(raw_col.isNull(), F.lit(f"{named(col.name)}: NULL in {what}")))
+            checks.append(F.when(raw_col.isNull(), null_key(col.name, what)))
         elif eff is not None and col.name == eff.column:
             checks.append(
                 F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date"))
