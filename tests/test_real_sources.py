@@ -26,7 +26,7 @@ import csv
 import json
 import shutil
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -480,10 +480,11 @@ def test_files_as_dms_and_debezium_write_them_by_default_apply_exactly(
     expected = debezium_expected(product_files, {})
     assert {k: v[1] for k, v in expected.items()} == {
         1: Decimal("120.00"),
-        3: Decimal("1.10"),
+        2: Decimal("-0.01"),
+        3: Decimal("0.00"),
+        4: Decimal("99999999.99"),
         5: Decimal("-99999999.99"),
-        2: Decimal("19.90"),
-    }  # the oracle decodes what the sample meant: positive, zero, the extremes, re-created
+    }  # the sample as meant: positive, negative, zero, both extremes of decimal(10,2)
     table = shown(
         cli.table(f"{cli.schema}.products_current"), "id", PRODUCT_COLUMNS[1:], product_kinds
     )
@@ -515,3 +516,187 @@ def plain_debezium_from(files: list[Path], dest: Path) -> list[Path]:
         (dest / path.name).write_text("\n".join(lines) + "\n")
         out.append(dest / path.name)
     return out
+
+
+ENCODED = """
+version: 2
+sources:
+  - name: encoded
+    schema: "{{ target.schema }}"
+    tables:
+      - name: encoded_values
+        meta:
+          cdc:
+            landing: "encoded/*.json"
+            format: debezium
+            keys: [id]
+            sequence: lsn
+            debezium:
+              envelope: plain
+              fields: {op: op, lsn: source.lsn}
+              encodings:
+                big: {name: org.apache.kafka.connect.data.Decimal, scale: 10}
+                small: {name: org.apache.kafka.connect.data.Decimal, scale: 0}
+                variable: io.debezium.data.VariableScaleDecimal
+                day: io.debezium.time.Date
+                day_connect: org.apache.kafka.connect.data.Date
+                day_number: io.debezium.time.Date
+                at_ms: io.debezium.time.Timestamp
+                at_us: io.debezium.time.MicroTimestamp
+                at_ns: io.debezium.time.NanoTimestamp
+                at_connect: org.apache.kafka.connect.data.Timestamp
+                clock_ms: io.debezium.time.Time
+                clock_us: io.debezium.time.MicroTime
+                clock_ns: io.debezium.time.NanoTime
+                clock_connect: org.apache.kafka.connect.data.Time
+                span: io.debezium.time.MicroDuration
+                doc: io.debezium.data.Json
+        columns:
+          - {name: op, data_type: string}
+          - {name: lsn, data_type: bigint}
+          - {name: id, data_type: int}
+          - {name: big, data_type: "decimal(38,10)"}
+          - {name: small, data_type: "decimal(5,0)"}
+          - {name: variable, data_type: "decimal(20,5)"}
+          - {name: day, data_type: date}
+          - {name: day_connect, data_type: date}
+          - {name: day_number, data_type: int}
+          - {name: at_ms, data_type: timestamp}
+          - {name: at_us, data_type: timestamp}
+          - {name: at_ns, data_type: timestamp}
+          - {name: at_connect, data_type: timestamp}
+          - {name: clock_ms, data_type: string}
+          - {name: clock_us, data_type: string}
+          - {name: clock_ns, data_type: string}
+          - {name: clock_connect, data_type: string}
+          - {name: span, data_type: bigint}
+          - {name: doc, data_type: string}
+"""
+
+
+def b64(unscaled_value: int) -> str:
+    size = max(1, (unscaled_value.bit_length() + 8) // 8)
+    return base64.b64encode(unscaled_value.to_bytes(size, "big", signed=True)).decode()
+
+
+def test_every_debezium_encoding_is_decoded_exactly(
+    spark: Any, spark_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each logical type, at its edges (the largest decimal(38,10) both signs, epoch-negative
+    times, nanoseconds that fit), staged from lines without a schema; expectations computed
+    with Python's own integers, dates and timedeltas."""
+    from audit import AuditDB
+    from runner.ids import new_process_id
+    from runner.ingest import ingest
+    from runner.invocation import Invocation
+    from runner.project import Project
+
+    monkeypatch.setenv("CDC_SCHEMA", "encoded_test")
+    declared = spark_project / "dbt_project" / "models" / "staging" / "test_encoded.yml"
+    declared.write_text(ENCODED)
+    largest = 10**38 - 1
+    epoch = datetime(1970, 1, 1)
+    rows = {
+        1: dict(big=largest, small=0, variable={"scale": 5, "value": -1234567891}, day=20513,
+                day_connect=0, day_number=20513, at_ms=1772352000123, at_us=1772352000123456,
+                at_ns=1772352000123456000, at_connect=-1, clock_ms=45296789,
+                clock_us=86399999999, clock_ns=45296789012345, clock_connect=0,
+                span=-1500000, doc='{"a": [1, 2]}'),
+        2: dict(big=-largest, small=-99999, variable={"scale": 0, "value": 7}, day=-1,
+                day_connect=-719162, day_number=-1, at_ms=0, at_us=-1, at_ns=-1000,
+                at_connect=253402300799999, clock_ms=0, clock_us=0, clock_ns=1, clock_connect=999,
+                span=0, doc=None),
+        3: dict(big=-1, small=99999, variable={"scale": 2, "value": 0}, day=None,
+                day_connect=None, day_number=None, at_ms=None, at_us=None, at_ns=None,
+                at_connect=None, clock_ms=None, clock_us=None, clock_ns=None, clock_connect=None,
+                span=None, doc="null"),
+    }  # fmt: skip
+
+    def encode(name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if name in ("big", "small"):
+            return b64(value)
+        if name == "variable":
+            return {"scale": value["scale"], "value": b64(value["value"])}
+        return value
+
+    lines = [
+        json.dumps(
+            {
+                "op": "c",
+                "ts_ms": 1000 + key,
+                "source": {"lsn": key},
+                "before": None,
+                "after": {"id": key, **{k: encode(k, v) for k, v in values.items()}},
+            }
+        )
+        for key, values in rows.items()
+    ]
+    landing = tmp_path / "landing"
+    (landing / "encoded").mkdir(parents=True)
+    (landing / "encoded" / "values.json").write_text("\n".join(lines) + "\n")
+
+    def clock(count: int | None, per_second: int) -> str | None:
+        if count is None:
+            return None
+        seconds, fraction = divmod(count, per_second)
+        digits = len(str(per_second)) - 1
+        h, rest = divmod(seconds, 3600)
+        return f"{h:02d}:{rest // 60:02d}:{rest % 60:02d}.{fraction:0{digits}d}"
+
+    def expected(v: dict) -> dict:
+        def at(count: int | None, per_second: int) -> datetime | None:
+            if count is None:
+                return None
+            return epoch + timedelta(microseconds=count * 1_000_000 // per_second)
+
+        def day(count: int | None) -> date | None:
+            return None if count is None else date(1970, 1, 1) + timedelta(days=count)
+
+        return {
+            "big": Decimal(v["big"]).scaleb(-10, Context(prec=60)),  # 38 digits exactly
+            "small": Decimal(v["small"]),
+            "variable": Decimal(v["variable"]["value"]).scaleb(-v["variable"]["scale"]),
+            "day": day(v["day"]),
+            "day_connect": day(v["day_connect"]),
+            "day_number": v["day_number"],
+            "at_ms": at(v["at_ms"], 1000),
+            "at_us": at(v["at_us"], 1_000_000),
+            "at_ns": at(v["at_ns"], 1_000_000_000),
+            "at_connect": at(v["at_connect"], 1000),
+            "clock_ms": clock(v["clock_ms"], 1000),
+            "clock_us": clock(v["clock_us"], 1_000_000),
+            "clock_ns": clock(v["clock_ns"], 1_000_000_000),
+            "clock_connect": clock(v["clock_connect"], 1000),
+            "span": v["span"],
+            "doc": v["doc"],
+        }
+
+    try:
+        project = Project.load(spark_project, target="local")
+        db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+        db.upgrade()
+        pid = new_process_id()
+        db.start_run(pid, "ingest", "local")
+        ingest(
+            Invocation.of(project, db, spark),
+            pid,
+            landing=[str(landing)],
+            entity_names=["encoded_values"],
+        )
+        (rec,) = db.files()
+        assert rec.state == "STAGED", rec.last_error
+        staged = spark.sql("select * from encoded_test.encoded_values").collect()
+        got = {r["id"]: {k: r[k] for k in rows[1]} for r in staged}
+        want = {key: expected(values) for key, values in rows.items()}
+        differ = {
+            (k, c): (got[k][c], want[k][c])
+            for k in want
+            for c in want[k]
+            if got[k][c] != want[k][c]
+        }
+        assert not differ, differ
+        assert got[1]["clock_ns"] == "12:34:56.789012345" and got[2]["at_ms"] == epoch
+    finally:
+        declared.unlink()
