@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from runner.dbt_invoke import dbt_command
 from runner.entities import load_entities
 from runner.ids import new_process_id
 from runner.phases import Phases
-from runner.run import dbt_build, dbt_command
+from runner.run import dbt_build
 from runner.samples.generate import (
     SnapshotSpec,
     generate_snapshots,

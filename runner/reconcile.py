@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from audit.models import FileState
 from audit.store import IllegalTransition
+from runner.dbt_invoke import parsed_dbt
 from runner.invocation import Invocation
 
 log = logging.getLogger("runner.reconcile")
@@ -46,8 +49,6 @@ def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
 def manifest_path(inv: Invocation) -> Path:
     """Where dbt writes the project's manifest (its target path: DBT_TARGET_PATH, else
     dbt_project.yml's target-path, else ``target``)."""
-    import yaml
-
     folder = os.environ.get("DBT_TARGET_PATH")
     if not folder:
         conf = yaml.safe_load((inv.project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
@@ -60,8 +61,6 @@ def apply_targets(inv: Invocation) -> dict[str, set[str]]:
     models that write its Applied File Markers, from the dbt manifest."""
     path = manifest_path(inv)
     if not path.exists():
-        from runner.run import parsed_dbt
-
         parsed_dbt(inv.project)  # writes the manifest
     manifest = json.loads(path.read_text())
     return targets_in_manifest(manifest, inv.entities)

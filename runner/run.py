@@ -22,6 +22,7 @@ from datetime import date
 from typing import Any
 
 from audit import FileRecord
+from runner.dbt_invoke import dbt_command
 from runner.entities import Entity
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
@@ -51,20 +52,6 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.dbt_ok and not (self.ingest.quarantined or self.ingest.failed)
-
-
-def dbt_command(project: Project, command: str, *args: str) -> list[str]:
-    """A dbt command on the project's dbt project, profiles and target, as dbtRunner takes it."""
-    return [
-        command,
-        "--project-dir",
-        str(project.dbt_project_dir),
-        "--profiles-dir",
-        str(project.profiles_dir),
-        "--target",
-        project.target_name,
-        *args,
-    ]
 
 
 def dbt_build(
@@ -206,16 +193,3 @@ _SELECTING = ("--select", "-s", "--selector", "-m", "--models")
 def _selects(args: list[str]) -> bool:
     """Whether the user's own dbt arguments choose what to build (theirs then win)."""
     return any(a in _SELECTING or a.split("=", 1)[0] in _SELECTING for a in args)
-
-
-def parsed_dbt(project: Project) -> Any:
-    """A ``dbtRunner`` holding the dbt project's parsed manifest, for builds that skip parsing
-    (watch mode: the project is parsed once per process; restart to pick up edited models)."""
-    from dbt.cli.main import dbtRunner
-
-    res = dbtRunner().invoke(dbt_command(project, "parse", "--quiet"))
-    from dbt.contracts.graph.manifest import Manifest
-
-    if not res.success or not isinstance(res.result, Manifest):
-        raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
-    return dbtRunner(manifest=res.result)

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.dbt_invoke import parsed_dbt
 from runner.discover import discover
 from runner.errors import CdcError
 from runner.ingest import landing_roots
 from runner.invocation import Invocation, recorded_run
-from runner.run import RunResult, parsed_dbt, run
+from runner.run import RunResult, run
 from runner.summary import EntitySummary, summarize
 
 log = logging.getLogger("runner.watch")

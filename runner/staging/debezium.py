@@ -9,7 +9,11 @@ staging (typing, checks, duplicates, lineage) is the same as for any other forma
   field of the same name: ``after``, or ``before`` for a delete (``op`` d);
 - ``ENVELOPE`` says why an envelope does not match the declaration (NULL when it does), naming
   the field; staging quarantines the File with its line, like any bad row;
-- ``TS_MS`` is the envelope's ``ts_ms``, the first tie-break of the order.
+- ``TS_MS`` is the envelope's ``ts_ms``, the first tie-break of the order;
+- values encoded as Kafka Connect and Debezium logical types (decimals as base64, dates and
+  times as epoch counts) are decoded to the declared type's text (``staging.decode``);
+- ``TOMBSTONE`` marks a blank or ``null`` line (a Kafka tombstone): skipped and counted. Lines
+  are read as text first, so a row's number is its line, blank lines included.
 
 The staged sequence (the lineage column of key ``sequence``, a string) is the declared
 sequence column (an integer zero-padded to 20 digits, or a string as it is), then ``ts_ms``
