@@ -154,18 +154,14 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
         return [c.name for c in entity.columns], None  # JSON lines: each record names its fields
     if entity.format == "parquet":
         return _parquet_header(path, entity)
+    first, problem = _first_row(path, entity)
+    if problem:
+        return None, problem
     if not entity.csv_header:
-        return _headerless(path, entity)
-    try:
-        with open_text(path) as handle:
-            first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
-    except UnicodeDecodeError:
-        return None, scan_text(path, entity) or f"{path.name}: line 1: not valid UTF-8"
-    except (OSError, csv.Error, EOFError, zlib.error) as exc:
-        return None, f"{path.name}: cannot be read as CSV: {exc}"
+        return _headerless(path, entity, first)
     if first is None:
         return None, f"{path.name}: line 1: empty File, expected a header row"
-    header = [h.strip().lstrip("\ufeff") for h in first]
+    header = first
     declared = expected_columns(path, entity)
     missing = [c for c in declared if c not in header]
     if missing:
@@ -191,10 +187,8 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
     return header, None
 
 
-def _headerless(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
-    """The declared columns (a File without a header row), unless its first line is the
-    header row after all (csv.header: false would read it as data)."""
-    expected = expected_columns(path, entity)
+def _first_row(path: FilePath, entity: Entity) -> tuple[list[str] | None, str | None]:
+    """(the first CSV row's fields, trimmed, or None for an empty File; a problem or None)."""
     try:
         with open_text(path) as handle:
             first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
@@ -202,7 +196,16 @@ def _headerless(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
         return None, scan_text(path, entity) or f"{path.name}: line 1: not valid UTF-8"
     except (OSError, csv.Error, EOFError, zlib.error) as exc:
         return None, f"{path.name}: cannot be read as CSV: {exc}"
-    if first is not None and [h.strip().lstrip("\ufeff") for h in first] == expected:
+    return ([h.strip().lstrip("\ufeff") for h in first] if first is not None else None), None
+
+
+def _headerless(
+    path: FilePath, entity: Entity, first: list[str] | None
+) -> tuple[list[str] | None, str | None]:
+    """The declared columns (a File without a header row), unless its first line is the
+    header row after all (csv.header: false would read it as data)."""
+    expected = expected_columns(path, entity)
+    if first == expected:
         return None, (
             f"{path.name}: line 1: a header row, but meta.cdc.csv.header is false (the File's "
             "fields are read as the declared columns, in order); set header: true"
