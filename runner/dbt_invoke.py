@@ -22,14 +22,21 @@ def dbt_command(project: Project, command: str, *args: str) -> list[str]:
     ]
 
 
+def parsed_manifest(project: Project) -> Any:
+    """The dbt project's manifest, parsed in this process (dbt also writes it to its target
+    path)."""
+    from dbt.cli.main import dbtRunner
+    from dbt.contracts.graph.manifest import Manifest
+
+    res = dbtRunner().invoke(dbt_command(project, "parse", "--quiet"))
+    if not res.success or not isinstance(res.result, Manifest):
+        raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
+    return res.result
+
+
 def parsed_dbt(project: Project) -> Any:
     """A ``dbtRunner`` holding the dbt project's parsed manifest, for builds that skip parsing
     (watch mode: the project is parsed once per process; restart to pick up edited models)."""
     from dbt.cli.main import dbtRunner
 
-    res = dbtRunner().invoke(dbt_command(project, "parse", "--quiet"))
-    from dbt.contracts.graph.manifest import Manifest
-
-    if not res.success or not isinstance(res.result, Manifest):
-        raise RuntimeError(f"dbt parse failed: {res.exception or 'see dbt output'}")
-    return dbtRunner(manifest=res.result)
+    return dbtRunner(manifest=parsed_manifest(project))

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import yaml
 
 from audit.models import FileState
 from audit.store import IllegalTransition
-from runner.dbt_invoke import parsed_dbt
+from runner.dbt_invoke import parsed_manifest
 from runner.invocation import Invocation
 
 log = logging.getLogger("runner.reconcile")
@@ -59,11 +60,22 @@ def manifest_path(inv: Invocation) -> Path:
 def apply_targets(inv: Invocation) -> dict[str, set[str]]:
     """Entity -> the tables (``schema.identifier``, lower case, as markers name them) of the
     models that write its Applied File Markers, from the dbt manifest."""
+    return targets_in_manifest(_manifest(inv), inv.entities)
+
+
+def _manifest(inv: Invocation) -> dict[str, Any]:
+    """The manifest dbt last wrote; parsed here when there is none, or when it stays
+    unreadable (another dbt command writing it: it is not written atomically)."""
     path = manifest_path(inv)
-    if not path.exists():
-        parsed_dbt(inv.project)  # writes the manifest
-    manifest = json.loads(path.read_text())
-    return targets_in_manifest(manifest, inv.entities)
+    for _ in range(5):
+        try:
+            return dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            break
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            time.sleep(0.2)
+    log.info("reading the dbt project's apply models from a fresh parse (no readable %s)", path)
+    return dict(parsed_manifest(inv.project).writable_manifest().to_dict(omit_none=False))
 
 
 def targets_in_manifest(manifest: dict[str, Any], entities: dict[str, Any]) -> dict[str, set[str]]:
