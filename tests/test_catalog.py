@@ -79,9 +79,6 @@ def test_two_runners_on_different_entities_and_docs_generate_during_a_run(cli_pr
             "landing",
             "--entity",
             entity,
-            "--",
-            "--select",
-            f"+{entity}",
         )
 
     runs = [runner_run("customers"), runner_run("accounts")]

@@ -18,7 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from helpers.project import REPO, make_project, new_catalog_schema
+from helpers.project import EXAMPLE_FILES, REPO, make_project, new_catalog_schema
 
 pytestmark = pytest.mark.spark
 
@@ -75,7 +75,9 @@ def test_pip_install_then_runner_works_from_any_directory(tmp_path: Path) -> Non
     assert "ingest" in _run(env_dir / "bin" / "runner", "--help", cwd=elsewhere, env=env)
 
     project = make_project(tmp_path / "project")  # without the shop group: its Files stay out
-    shutil.copytree(REPO / "landing", project / "landing", ignore=shutil.ignore_patterns("shop"))
+    shutil.copytree(
+        REPO / "landing", project / "landing", ignore=shutil.ignore_patterns("shop", *EXAMPLE_FILES)
+    )
     ingest = _process(
         env_dir / "bin" / "runner", "ingest", "--project-dir", project, cwd=elsewhere, env=env
     )

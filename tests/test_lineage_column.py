@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.project import REPO
+from helpers.project import EXAMPLE_FILES, REPO
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
@@ -40,7 +40,9 @@ def test_a_new_lineage_column_is_one_entry_in_the_contract(cli_project) -> None:
         shutil.copytree(
             REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
         )
-    shutil.copytree(REPO / "landing", root / "landing")
+    shutil.copytree(
+        REPO / "landing", root / "landing", ignore=shutil.ignore_patterns(*EXAMPLE_FILES)
+    )
     assert (root / "runner" / "dbt_package").resolve() == (root / "macros").resolve()
 
     contract = root / "macros" / "common" / "contract.sql"

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import sqlalchemy as sa
 import yaml
-from helpers.project import REPO, drop_pg_schemas
+from helpers.project import EXAMPLE_FILES, REPO, drop_pg_schemas
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
@@ -21,7 +21,11 @@ def test_state_tables_live_in_the_declared_schema(cli_project, request) -> None:
     state = cli.schema + "_state"
     request.addfinalizer(lambda: drop_pg_schemas(state))
     # the sample without the shop group (not in this project): every landed File is staged
-    shutil.copytree(REPO / "landing", cli.root / "landing", ignore=shutil.ignore_patterns("shop"))
+    shutil.copytree(
+        REPO / "landing",
+        cli.root / "landing",
+        ignore=shutil.ignore_patterns("shop", *EXAMPLE_FILES),
+    )
     conf_file = cli.root / "dbt_project" / "dbt_project.yml"
     conf = yaml.safe_load(conf_file.read_text())
     conf["vars"] = {"cdc_state_schema": state}

@@ -290,6 +290,7 @@ def read_transactions(
         F.col("__counted.event_count").alias("collection_events"),
         ENVELOPE,
         TS_MS,
+        F.lit(False).alias(TOMBSTONE),  # the transaction topic has no tombstones
         corrupt,
         *identity,
     )

@@ -43,6 +43,10 @@ CHANGES_HISTORY = ("customers_changes_history",)
 # six models to every build.
 SHOP = ("models/staging/shop.yml", "models/shop")
 
+# Files of the shipped landing folder that the sample project does not declare: the examples
+# of docs/examples (AWS DMS and Debezium with default settings; tests/test_real_sources.py).
+EXAMPLE_FILES = ("dms-defaults", "debezium-defaults")
+
 # The embedded default keeps its Spark catalog in a PostgreSQL schema (profiles.example.yml,
 # CDC_CATALOG_SCHEMA). The session's SparkSession has one (set by conftest), shared by every
 # test that runs in this process (each in a schema of its own); each test that starts
