@@ -12,12 +12,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from helpers.project import ingest_here
 
-from audit import AuditDB
 from runner.contract import lineage_columns
-from runner.ids import new_process_id
-from runner.ingest import ingest
-from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -162,15 +159,8 @@ def test_debezium_envelopes_are_staged_and_bad_ones_quarantined_with_line_and_fi
             lines(wrapped(envelope("c", 1, 1, 7)), envelope("u", 2, 2, 7))
         )
 
-        db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-        db.upgrade()
-        pid = new_process_id()
-        db.start_run(pid, "ingest", "local")
-        ingest(
-            Invocation.of(project, db, spark),
-            pid,
-            landing=[str(landing)],
-            entity_names=["dbz_orders", "dbz_wrapped"],
+        db = ingest_here(
+            project, spark, tmp_path / "audit.db", landing, "dbz_orders", "dbz_wrapped"
         )
         states = {Path(f.path).parent.name + "/" + Path(f.path).name: f for f in db.files()}
         for name, (_, message) in bad.items():

@@ -10,12 +10,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from helpers.project import ingest_here
 
-from audit import AuditDB
 from runner.contract import lineage_columns
-from runner.ids import new_process_id
-from runner.ingest import ingest
-from runner.invocation import Invocation
 from runner.project import Project
 
 pytestmark = pytest.mark.spark
@@ -131,15 +128,14 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
         with gzip.open(landing / "orders_csvgz" / "a.csv.gz", "wt", encoding="utf-8") as fh:
             fh.write(_csv(ROWS))
 
-        db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-        db.upgrade()
-        pid = new_process_id()
-        db.start_run(pid, "ingest", "local")
-        ingest(
-            Invocation.of(project, db, spark),
-            pid,
-            landing=[str(landing)],
-            entity_names=["orders_json", "orders_parquet", "orders_csvgz"],
+        db = ingest_here(
+            project,
+            spark,
+            tmp_path / "audit.db",
+            landing,
+            "orders_json",
+            "orders_parquet",
+            "orders_csvgz",
         )
         states = {Path(f.path).name: f for f in db.files()}
         assert states["broken.json"].state == "QUARANTINED"

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.oracles import naive
-from helpers.project import REPO
+from helpers.project import REPO, ingest_here
 
 pytestmark = pytest.mark.spark
 
@@ -587,10 +587,6 @@ def test_every_debezium_encoding_is_decoded_exactly(
     """Each logical type, at its edges (the largest decimal(38,10) both signs, epoch-negative
     times, nanoseconds that fit), staged from lines without a schema; expectations computed
     with Python's own integers, dates and timedeltas."""
-    from audit import AuditDB
-    from runner.ids import new_process_id
-    from runner.ingest import ingest
-    from runner.invocation import Invocation
     from runner.project import Project
 
     monkeypatch.setenv("CDC_SCHEMA", "encoded_test")
@@ -677,16 +673,7 @@ def test_every_debezium_encoding_is_decoded_exactly(
 
     try:
         project = Project.load(spark_project, target="local")
-        db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-        db.upgrade()
-        pid = new_process_id()
-        db.start_run(pid, "ingest", "local")
-        ingest(
-            Invocation.of(project, db, spark),
-            pid,
-            landing=[str(landing)],
-            entity_names=["encoded_values"],
-        )
+        db = ingest_here(project, spark, tmp_path / "audit.db", landing, "encoded_values")
         (rec,) = db.files()
         assert rec.state == "STAGED", rec.last_error
         staged = spark.sql("select * from encoded_test.encoded_values").collect()

@@ -294,3 +294,21 @@ class Cli:
             f"select * from {relation}",
         )  # fmt: skip
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
+
+
+def ingest_here(project: Any, spark: Any, audit_file: Path, landing: Path, *entities: str) -> Any:
+    """`runner ingest` of ``entities`` from ``landing`` in this process, on the session's
+    SparkSession, into a fresh SQLite Audit DB at ``audit_file``; returns the AuditDB."""
+    from audit import AuditDB
+    from runner.ids import new_process_id
+    from runner.ingest import ingest
+    from runner.invocation import Invocation
+
+    db = AuditDB(f"sqlite:///{audit_file}")
+    db.upgrade()
+    pid = new_process_id()
+    db.start_run(pid, "ingest", "local")
+    ingest(
+        Invocation.of(project, db, spark), pid, landing=[str(landing)], entity_names=list(entities)
+    )
+    return db
