@@ -278,14 +278,12 @@ class _Stager:
         for file_id, rows in staged.staged.items():
             try:
                 skipped = staged.skipped.get(file_id)
+                detail = f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"
                 self.db.mark_staged(
-                    file_id,
-                    self.process_id,
-                    self.process_id,
-                    detail=f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"
-                    if skipped
-                    else None,
+                    file_id, self.process_id, self.process_id, detail=detail if skipped else None
                 )
+                if skipped:
+                    log.info("File %s: %s", file_id, detail)
             except IllegalTransition as exc:  # our lease lapsed and another run took it
                 self.result.notes.append(f"File {file_id}: lease lost while staging ({exc})")
                 continue

@@ -633,7 +633,10 @@ def test_every_debezium_encoding_is_decoded_exactly(
     ]
     landing = tmp_path / "landing"
     (landing / "encoded").mkdir(parents=True)
-    (landing / "encoded" / "values.json").write_text("\n".join(lines) + "\n")
+    # a Kafka tombstone and a blank line between the events: skipped, and counted
+    (landing / "encoded" / "values.json").write_text(
+        "\n".join([*lines[:2], "null", "", *lines[2:]]) + "\n"
+    )
 
     def clock(count: int | None, per_second: int) -> str | None:
         if count is None:
@@ -676,6 +679,10 @@ def test_every_debezium_encoding_is_decoded_exactly(
         db = ingest_here(project, spark, tmp_path / "audit.db", landing, "encoded_values")
         (rec,) = db.files()
         assert rec.state == "STAGED", rec.last_error
+        staged_event = [e for e in db.events(rec.id) if e["to_state"] == "STAGED"]
+        assert [e["detail"] for e in staged_event] == [
+            "2 Kafka tombstone(s) skipped (blank or null lines)"
+        ]
         staged = spark.sql("select * from encoded_test.encoded_values").collect()
         got = {r["id"]: {k: r[k] for k in rows[1]} for r in staged}
         want = {key: expected(values) for key, values in rows.items()}
