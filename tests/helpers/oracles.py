@@ -95,20 +95,27 @@ ICEBERG_CONFLICT = (
 )
 
 
+# What else a build racing another one over the same models may lose on: the other build
+# dropped the apply's batch table of the same model under it.
+RACE_LOST = (*ICEBERG_CONFLICT, "__cdc_batch` cannot be found")
+
+
 def two_builds_at_once(cli: Any) -> None:
     """Two `dbt build` processes of one project started together: on the embedded Spark
     default both open the catalog; where both write one table, Iceberg fails the later commit,
-    and that build fails and says so (the caller checks each File was applied once)."""
+    and that build fails and says so (the caller checks each File was applied once). Each may
+    lose a different model's race; then a build run again afterwards applies what is left."""
     builds = [
         cli.start("dbt", "build", "--project-dir", "dbt_project", "--target", cli.target)
         for _ in range(2)
     ]
     outs = [b.communicate(timeout=600) for b in builds]
     codes = [b.returncode for b in builds]
-    assert 0 in codes, outs
     for code, (out, err) in zip(codes, outs, strict=True):
         if code != 0:
-            assert any(c in (out + err).lower() for c in ICEBERG_CONFLICT), out
+            assert any(c in (out + err).lower() for c in RACE_LOST), out
+    if 0 not in codes:
+        cli.dbt("build")  # converges
 
 
 def staged_oracle(path: Path) -> list[tuple]:

@@ -59,15 +59,21 @@ def link_iceberg_jar(root: Path) -> Path:
     target = installed_iceberg_jar()
     link = root / LINKED_JAR_DIR / ICEBERG_RUNTIME_JAR
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        if link.resolve() == target.resolve():
-            return link
-        link.unlink()
+    if (link.is_symlink() or link.exists()) and link.resolve() == target.resolve():
+        return link
     try:
-        link.symlink_to(target)
+        _replace_with_link(link, target)
     except OSError:
         shutil.copyfile(target, link)
     return link
+
+
+def _replace_with_link(link: Path, target: Path) -> None:
+    """``link`` -> ``target``, atomically: two processes starting at once may both do it."""
+    temporary = link.with_name(f".{link.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    temporary.symlink_to(target)
+    os.replace(temporary, link)
 
 
 # The JDBC driver of the local target's catalog (Debian: libpostgresql-jdbc-java).
@@ -92,9 +98,8 @@ def link_jdbc_driver(root: Path) -> Path:
             f"the PostgreSQL JDBC driver (for the Spark catalog) is missing: {JDBC_DRIVER_HINT}"
         )
     link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    link.symlink_to(source)
+    if not (link.is_symlink() and link.resolve() == source.resolve()):
+        _replace_with_link(link, source)
     return link
 
 
