@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
-from runner.entities import Entity
+from runner.entities import INTEGER_TYPES, Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
@@ -795,7 +795,7 @@ def sortable_text(value: Column, data_type: str) -> Column:
         return F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSS")
     if t == "date":
         return F.date_format(value, "yyyy-MM-dd")
-    if t in ("tinyint", "smallint", "int", "integer", "bigint") or t.startswith("decimal"):
+    if t in INTEGER_TYPES or t.startswith("decimal"):
         return F.lpad(value.cast("string"), 40, "0")
     return value.cast("string")
 
@@ -805,8 +805,7 @@ def _unsortable_sequence(entity: Entity) -> Column:
     from pyspark.sql import functions as F
 
     t = entity.column(entity.sequence).data_type.lower()
-    numeric = t in ("tinyint", "smallint", "int", "integer", "bigint", "float", "double")
-    if not (numeric or t.startswith("decimal")):
+    if not (t in INTEGER_TYPES or t.startswith("decimal")):  # float, double: refused (entities)
         return F.lit(None).cast("string")
     return F.when(
         F.col(entity.sequence) < 0,
