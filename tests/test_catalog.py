@@ -24,6 +24,7 @@ from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
 from helpers.project import CHANGES_HISTORY, REPO
 
+from runner.destinations.spark.destination import STATE_TABLE_PROPERTIES
 from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
@@ -217,6 +218,9 @@ def test_two_applies_of_different_tables_add_their_markers_at_once(cli_project, 
     cli("dbt", "run-operation", "cdc.create_state_tables", "--project-dir", "dbt_project")
     markers = f"{cli.schema}.cdc_applied_files"
     columns = [c.name for c in spark.table(markers).schema]
+    properties = dict(spark.sql(f"show tblproperties {markers}").collect())
+    for key, value in STATE_TABLE_PROPERTIES.items():  # the runner's manifest is made alike
+        assert properties.get(key) == value, (key, properties)
 
     def merge(table: str, file_hash: str) -> str:
         values = {c: "null" for c in columns}

@@ -73,8 +73,10 @@
     file filter, and fails when another entity's apply committed to it in between (the catalog
     keeps no table cache, so that long-lived processes see the others' commits). Merge-on-read
     has no such step and keeps the serializable check: two applies of one table adding the same
-    marker still conflict. The runner creates the staged-files manifest with the same
-    properties (runner/destinations/spark/destination.py, STATE_TABLE_PROPERTIES). -#}
+    marker still conflict. Every apply commits to them, so a commit retries more often than
+    Iceberg's default 4 times when other applies keep committing in between (the catalog then
+    answers "metadata location has changed"; a retry re-reads the table and re-checks for
+    conflicts). The runner creates the staged-files manifest with the same properties (runner/destinations/spark/destination.py, STATE_TABLE_PROPERTIES). -#}
 {% macro state_table_properties() %}
   {{ return(adapter.dispatch('state_table_properties', 'cdc')()) }}
 {% endmacro %}
@@ -82,7 +84,7 @@
 {% macro spark__state_table_properties() %}
   {%- if var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return({}) }}{%- endif -%}
   {{ return({'write.merge.mode': 'merge-on-read', 'write.update.mode': 'merge-on-read',
-             'write.delete.mode': 'merge-on-read'}) }}
+             'write.delete.mode': 'merge-on-read', 'commit.retry.num-retries': '20'}) }}
 {% endmacro %}
 {% macro databricks__state_table_properties() %}{{ return({}) }}{% endmacro %}
 

@@ -47,11 +47,13 @@ _CONFLICT = re.compile(
 
 # The state tables on Iceberg, as the package's cdc.state_table_properties() makes them: shared
 # by every entity's runner and apply, so written merge-on-read (no copy-on-write runtime filter
-# that fails when another writer committed between planning and writing).
+# that fails when another writer committed between planning and writing), and a commit retried
+# more often than Iceberg's default 4 times while other writers keep committing.
 STATE_TABLE_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
     "write.update.mode": "merge-on-read",
+    "commit.retry.num-retries": "20",
 }
 
 
