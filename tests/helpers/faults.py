@@ -9,6 +9,10 @@ killer or a lost machine would.
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
   reconcile              after the first File is marked COMMITTED
+
+and `walk_the_stops(build, models)`: dbt builds, each stopped before a statement that writes of
+each named apply model that no build stopped before yet, until one runs to the end: every
+point between two statements of an apply path is one build's end.
 """
 
 from __future__ import annotations
@@ -61,9 +65,10 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
     """Within the block, ``action`` runs at ``phase`` (see the module's list); the code is
     restored after it."""
     patches: list[tuple[Any, str, Any]] = []
+    inherited = object()  # the attribute was a base class's: restored by deleting it
 
     def patch(owner: Any, name: str, new: Any) -> None:
-        patches.append((owner, name, getattr(owner, name)))
+        patches.append((owner, name, owner.__dict__.get(name, inherited)))
         setattr(owner, name, new)
 
     if phase == "hash":
@@ -110,4 +115,109 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
         yield
     finally:
         for owner, name, old in reversed(patches):
-            setattr(owner, name, old)
+            if old is inherited:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, old)
+
+
+# A statement that changes something (on PostgreSQL the transaction's COMMIT too): the points an
+# apply can stop between. Reads (introspection, the waiting-Files check) change nothing.
+WRITES = re.compile(
+    r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*"
+    r"(insert|merge|delete|update|create|drop|truncate|alter|replace|commit)\b",
+    re.I | re.S,
+)
+
+
+def _model_of(name: str | None, models: tuple[str, ...]) -> str | None:
+    """The model (of ``models``) a dbt connection runs: connections are named by node id."""
+    if not name or not name.startswith("model."):
+        return None
+    model = name.rsplit(".", 1)[-1]
+    return model if model in models else None
+
+
+def _start(sql: str) -> str:
+    """A statement's start, without dbt's query comment: what tells two statements apart."""
+    text = re.sub(r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*", "", sql, count=1, flags=re.S)
+    text = re.sub(r"__dbt_tmp\d+", "__dbt_tmp", text)  # dbt-postgres's temp names: a timestamp
+    return " ".join(text.split())[:160]
+
+
+@contextlib.contextmanager
+def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -> Iterator[dict]:
+    """Within the block, each of ``models`` fails (InjectedFailure) instead of running its
+    first writing statement not in ``passed`` (model, statement start, how many times that
+    start came before in this build); it is added to ``passed``. On local Spark the
+    statements before it are committed, one by one, as a killed process leaves them; on
+    PostgreSQL the model's multi-statement apply is sent here one statement at a time in its
+    transaction, so that each is reachable, and dbt rolls the transaction back as the server
+    does for a dead client. Yields {model: the statement it stopped before}."""
+    from dbt.adapters.sql.connections import SQLConnectionManager
+
+    add_query = SQLConnectionManager.add_query
+    stopped: dict[str, str] = {}
+    seen: dict[tuple[str, str], int] = {}
+
+    def one(self: Any, model: str, sql: str, args: tuple, kwargs: dict) -> Any:
+        if WRITES.match(sql) and model not in stopped:
+            start = _start(sql)
+            times = seen.get((model, start), 0)
+            seen[(model, start)] = times + 1
+            if (model, start, times) not in passed:
+                passed.add((model, start, times))
+                stopped[model] = start
+                raise InjectedFailure(f"injected failure before `{start[:60]}` of {model}")
+        return add_query(self, sql, *args, **kwargs)
+
+    def patched(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        model = _model_of(self.get_thread_connection().name, models)
+        if model is None:
+            return add_query(self, sql, *args, **kwargs)
+        parts = [p for p in sql.split(";\n") if p.strip()] if ";\n" in sql else [sql]
+        result = None
+        for part in parts:
+            result = one(self, model, part, args, kwargs)
+        return result
+
+    SQLConnectionManager.add_query = patched  # type: ignore[method-assign]
+    try:
+        yield stopped
+    finally:
+        SQLConnectionManager.add_query = add_query  # type: ignore[method-assign]
+
+
+def walk_the_stops(
+    build: Callable[[], Any], models: tuple[str, ...], limit: int = 40
+) -> dict[str, list[str]]:
+    """``build()`` (a dbtRunner result) again and again, each time stopped before the first
+    statement of each of ``models`` that no build stopped before yet (so every statement of
+    the apply, those that appear only on a rerun too, is once the next to run), until a build
+    finds none: that last one, the same command with nothing stopped, must succeed. Each
+    stopped build fails only where it was stopped. Returns each model's statements stopped
+    before (their start), in order."""
+    passed: set[tuple[str, str, int]] = set()
+    stops: dict[str, list[str]] = {}
+    for _ in range(limit):
+        with stopped_at_new(passed, models) as stopped:
+            res = build()
+        if not stopped:
+            assert res.success, f"the build after the stops failed: {res.exception}"
+            return stops
+        failed = {
+            r.node.name: r.message or ""
+            for r in (res.result or [])
+            if str(r.status) in ("error", "fail", "runtime error")
+        }
+        assert sorted(failed) == sorted(stopped), (failed, stopped)
+        for name, message in failed.items():
+            assert "injected failure before" in message, message
+            stops.setdefault(name, []).append(stopped[name])
+    raise AssertionError(f"still stopping after {limit} builds: {stops}")
+
+
+def stopped_before(stops: list[str], *fragments: str) -> None:
+    """Each fragment is in a statement the walk stopped before."""
+    for fragment in fragments:
+        assert any(fragment in s for s in stops), (fragment, stops)
