@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from helpers.faults import stopped_before, walk_the_stops
 from helpers.project import CHANGES_HISTORY, REPO, Cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -324,13 +326,42 @@ def test_daily_extracts_give_the_expected_table_and_counts(
             assert got.history == expected_history(exp)
             assert got.history_counts == exp.counts  # the history applies the same Files
 
+    def walked(path: Path) -> None:
+        """Land and ingest; the apply of both models stopped before each of its statements
+        in turn, then run to the end; reconcile."""
+        from dbt.cli.main import dbtRunner
+
+        shutil.copy(path, folder / path.name)
+        out = cli("runner", "ingest", "--landing", str(landing), "--entity", "accounts", *t)
+        exp.pids[path.name] = re.search(r"process ([0-9a-f-]{36})", out.stdout).group(1)
+        exp.apply([path])
+        args = ["build", "--project-dir", "dbt_project", "--select", "accounts accounts_history",
+                "--exclude", "resource_type:test", *t]  # fmt: skip
+
+        def build() -> object:
+            with cli._environment():
+                return dbtRunner().invoke(args)
+
+        stops = walk_the_stops(build, ("accounts", "accounts_history"))
+        end = "drop table" if target == "local" else "COMMIT"
+        for model in ("accounts", "accounts_history"):
+            stopped_before(stops[model], "merge into", "cdc_applied_files", end)
+        cli("runner", "reconcile", *t)
+
     # Two extracts in one run: the second is compared with the first, not with the target.
     run(day1, day2)
     assert all(exp.counts[day2.name][:3]), exp.counts  # inserts, updates and deletes
-    # The next run, then a late extract, older than what was applied, with changed values:
-    # stale, it changes nothing. Read back once, after a rerun of the apply (dbt build with
-    # its data tests): one read covers the three.
-    run(day3, check=False)
+    # The next extract, its apply stopped before every statement in turn (not on BigQuery: one
+    # script); then a late extract, older than what was applied, with changed values: stale,
+    # it changes nothing. Read back once, after a rerun of the apply (dbt build with its data
+    # tests): one read covers the three.
+    if target == "bigquery":
+        run(day3, check=False)
+    else:
+        walked(day3)
+    # On Spark the counts in a marker written by a replay describe that replay (documented):
+    # the stopped extract's are compared on PostgreSQL, where a stopped apply left nothing.
+    replayed = {day3.name} if target == "local" else set()
     before = expected_table(exp)
     late = tmp_path / "accounts_2026-03-02_resent.csv"
     text = day2.read_text(encoding="utf-8").replace(",2026-", ",2025-")
@@ -340,7 +371,10 @@ def test_daily_extracts_give_the_expected_table_and_counts(
     assert exp.counts[late.name] == (0, 0, 0, len(text.splitlines()) - 1)
     cli("dbt", "build", "--project-dir", "dbt_project", "--select", "accounts accounts_history", *t)
     got = read_back(cli)
-    assert (got.table, got.counts, got.history_counts) == (before, exp.counts, exp.counts)
+    counts = {k: v for k, v in exp.counts.items() if k not in replayed}
+    assert got.table == before
+    assert {k: v for k, v in got.counts.items() if k not in replayed} == counts
+    assert {k: v for k, v in got.history_counts.items() if k not in replayed} == counts
     assert got.history == expected_history(exp)
 
 
