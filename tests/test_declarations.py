@@ -382,3 +382,36 @@ def test_real_source_settings_are_read_and_their_mistakes_reported(tmp_path: Pat
 def _written(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+def test_invalid_utf8_is_reported_with_its_field_wherever_it_is(
+    tmp_path: Path, suffix: str
+) -> None:
+    """The quarantine reason of a bad byte names its line, column and field, on the first data
+    line, a few lines in and far into the File (the header is read apart from the rest)."""
+    import gzip
+
+    from runner.staging.validate import scan_text_file
+
+    customers = load_entities(Project.load(REPO, target="local"))["customers"]
+    header = b"Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
+
+    def good(n: int) -> bytes:
+        return f"U,{n:035d},{n},Ann,a@example.com,gold,1.00,2026-03-01\n".encode()
+
+    for before, field in ((0, "name"), (1, "name"), (400, "name"), (2, "email")):
+        bad = (
+            f"U,{9:035d},9,Zo\xff,a@example.com,gold,1.00,2026-03-01\n"
+            if field == "name"
+            else f"U,{9:035d},9,Zoe,a\xffb@example.com,gold,1.00,2026-03-01\n"
+        ).encode("latin-1")
+        body = header + b"".join(good(n) for n in range(1, before + 1)) + bad + good(10)
+        path = tmp_path / f"bad_{before}_{field}{suffix}"
+        path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+        problem = scan_text_file(path, customers).problem
+        line = before + 2
+        column = len(bad.split(b"\xff")[0]) + 1
+        assert problem is not None and problem.startswith(
+            f"{path.name}: line {line}, column {column} (field '{field}'): not valid UTF-8"
+        ), problem

@@ -132,9 +132,10 @@ def _skip(handle: BinaryIO, count: int) -> None:
 def _header_names(path: FilePath, entity: Entity) -> list[str] | None:
     if not entity.csv_header:
         return expected_columns(path, entity)
-    try:
-        with open_text(path) as handle:
-            first = next(csv.reader(handle, delimiter=entity.csv_delimiter), None)
+    try:  # the first line's bytes only: a bad byte further on must not hide the header
+        with open_binary(path) as handle:
+            line = handle.readline(CHUNK).decode("utf-8")
+        first = next(csv.reader([line], delimiter=entity.csv_delimiter), None)
     except (UnicodeDecodeError, OSError, csv.Error, EOFError):
         return None
     return [h.strip().lstrip("\ufeff") for h in first] if first else None
