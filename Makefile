@@ -28,16 +28,19 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@touch $@
 
 # The embedded default's Spark catalog lives in PostgreSQL: Spark needs its JDBC driver, from
-# Debian's libpostgresql-jdbc-java (installed here when missing and we may), or a
-# postgresql.jar you put in jars/ yourself.
+# Debian's libpostgresql-jdbc-java (installed here when missing and we may; two setups at once
+# take turns, and apt waits for another apt's lock), or a postgresql.jar you put in jars/.
 JDBC_JAR := /usr/share/java/postgresql.jar
 
 jdbc-driver:
 	@if [ -e $(JDBC_JAR) ] || [ -e jars/postgresql.jar ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing Debian's libpostgresql-jdbc-java (the Spark catalog's JDBC driver)"; \
-	  apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1 || \
-	  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libpostgresql-jdbc-java >/dev/null; }; \
+	  exec 9>/tmp/cdc-jdbc-driver.lock; flock -w 900 9 || true; \
+	  [ -e $(JDBC_JAR) ] && exit 0; \
+	  apt-get -o DPkg::Lock::Timeout=600 install -y -q libpostgresql-jdbc-java >/dev/null 2>&1 || \
+	  { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null 2>&1 && \
+	    apt-get -o DPkg::Lock::Timeout=600 install -y -q libpostgresql-jdbc-java >/dev/null; }; \
 	else \
 	  echo "PostgreSQL's JDBC driver is missing: sudo apt-get install -y libpostgresql-jdbc-java, or copy postgresql.jar into jars/"; \
 	  exit 1; \
