@@ -124,10 +124,8 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
 # A statement that changes something (on PostgreSQL the transaction's COMMIT too): the points an
 # apply can stop between. Reads (introspection, the waiting-Files check) change nothing.
 WRITES = re.compile(
-    r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*"
-    r"(insert|merge|delete|update|create|drop|truncate|alter|replace|commit)\b",
-    re.I | re.S,
-)
+    r"(insert|merge|delete|update|create|drop|truncate|alter|replace|commit)\b", re.I
+)  # matched against _start(): the statement without its leading comments
 
 
 def _model_of(name: str | None, models: tuple[str, ...]) -> str | None:
@@ -161,8 +159,8 @@ def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -
     seen: dict[tuple[str, str], int] = {}
 
     def one(self: Any, model: str, sql: str, args: tuple, kwargs: dict) -> Any:
-        if WRITES.match(sql) and model not in stopped:
-            start = _start(sql)
+        start = _start(sql)
+        if WRITES.match(start) and model not in stopped:
             times = seen.get((model, start), 0)
             seen[(model, start)] = times + 1
             if (model, start, times) not in passed:
