@@ -57,8 +57,11 @@ demo: setup
 	@$(BIN)/runner run --landing landing
 	@$(BIN)/runner status --groups
 
+# Two workers (pytest-xdist), each with its own SparkSession; TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The fast tier (tests/conftest.py marks it): no Java, no PostgreSQL, no emulator. Both are made
 # unreachable here, so a test that needs one and is not marked fails instead of passing.

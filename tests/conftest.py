@@ -56,9 +56,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("budget_test_seconds", "one test's time budget (a warning)", default="")
 
 
+# The longest tests (minutes each: fault walks, kills, real processes) start first, so that
+# `make test`'s two workers (-n 2 --dist load --maxschedchunk 1: tests handed out one at a
+# time in collection order) end together instead of one running the longest test alone.
+FIRST = (
+    "test_transactions.py::test_a_group_applies_exactly",
+    "test_apply.py::test_apply_equals_the_oracle",
+    "test_crash_recovery.py::",
+    "test_contract.py::",
+    "test_snapshot.py::test_daily_extracts",
+    "test_watch.py::",
+    "test_run_cost.py::",
+    "test_catalog.py::test_two_runners",
+    "test_cluster.py::",
+    "test_transactions.py::",
+    "test_real_sources.py::test_files_as_dms_and_debezium",
+    "test_bigquery.py::",
+)
+
+
+def _first(item: pytest.Item) -> int:
+    return next((n for n, part in enumerate(FIRST) if part in item.nodeid), len(FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test in exactly one tier: `fast` (no JVM, no server) or the markers of what it
-    needs (from the fixtures it uses, and its own marks, such as a `postgres` parameter)."""
+    needs (from the fixtures it uses, and its own marks, such as a `postgres` parameter);
+    the longest tests first (FIRST)."""
+    items.sort(key=_first)  # stable: the rest keep their order
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             if fixture in NEEDS:

@@ -65,13 +65,35 @@ def new_schema(prefix: str = "cdc_test") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
+# The test suite's JVMs (its SparkSession, and every `runner` and `dbt` process a test starts)
+# compile with C1 alone: on tiny test data a JVM spends more CPU in the C2 compiler than in
+# running queries, and two test workers share two cores. Semantics are the same; users' JVMs
+# keep the JVM's defaults (the copies below are the tests' own).
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+PROFILE_JVM_ANCHOR = '        spark.ui.enabled: "false"\n'
+
+
+def _with_test_jvm(source: Path, dest: Path, anchor: str | None) -> None:
+    """Copy profiles.yml (its Spark settings, after ``anchor``) or runner.yml (staging's Spark
+    settings, appended) with TEST_JAVA_OPTIONS for the driver JVM."""
+    text = source.read_text()
+    line = f'spark.driver.extraJavaOptions: "{TEST_JAVA_OPTIONS}"\n'
+    if anchor is not None:
+        assert anchor in text, f"{source.name} changed: {anchor!r} is gone"
+        text = text.replace(anchor, anchor + "        " + line, 1)
+    else:
+        assert "staging_spark_conf" not in text, f"{source.name} sets staging_spark_conf now"
+        text += "staging_spark_conf:\n  " + line
+    dest.write_text(text)
+
+
 def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
     `without`: sample models left out of the copy (their SQL file and their YAML entry);
     `shop`: keep the sample's transaction group (SHOP)."""
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
-    shutil.copy(REPO / "runner.yml", root / "runner.yml")
+    _with_test_jvm(REPO / "profiles.example.yml", root / "profiles.yml", PROFILE_JVM_ANCHOR)
+    _with_test_jvm(REPO / "runner.yml", root / "runner.yml", None)
     shutil.copytree(
         REPO / "dbt_project",
         root / "dbt_project",
