@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -98,11 +99,37 @@ def dbt_build(
         return False, f"{type(res.exception).__name__}: {res.exception}"
     results: Any = res.result
     failed = [
-        f"{r.node.name}: {r.status}"
+        f"{r.node.name}: {r.status}" + (RACE_LOST_HINT if lost_a_race(r.message) else "")
         for r in getattr(results, "results", None) or []
         if str(getattr(r, "status", "")) in ("error", "fail")
     ]
     return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
+
+
+# What a destination says when another writer committed to the same table first: Iceberg's
+# optimistic commit (a conflicting MERGE, or a scratch table replaced under the apply), Delta's
+# concurrent-modification exceptions, BigQuery's serialization error. The loser's statements
+# before it are replays of an idempotent apply: running the build again finishes it. On Spark
+# two builds of one model also share its scratch tables (`<model>__cdc_batch`, ...): the one that
+# finishes first drops them, and the other finds them gone.
+RACE_LOST_SIGNS = (
+    "commitfailedexception",
+    "found conflicting files",
+    "missing required files to delete",
+    "table uuid does not match",
+    "concurrentappendexception",
+    "concurrentdeletereadexception",
+    "concurrentdeletedeleteexception",
+    "could not serialize access to table",
+)
+SCRATCH_GONE = re.compile(r"__cdc_\w+`? cannot be found")
+RACE_LOST_HINT = " (another build committed to the same table at the same time; run again)"
+
+
+def lost_a_race(message: str | None) -> bool:
+    """Whether a failed node's message is a concurrent commit to the same table."""
+    text = (message or "").lower()
+    return any(sign in text for sign in RACE_LOST_SIGNS) or bool(SCRATCH_GONE.search(text))
 
 
 def run(

@@ -10,13 +10,34 @@ Local Spark: see tests/test_crash_recovery.py, which races two builds between it
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from helpers.oracles import applied
+from helpers.oracles import RACE_LOST, applied
 from helpers.oracles import customers_oracle as oracle
-from helpers.project import CHANGES_HISTORY
+from helpers.project import CHANGES_HISTORY, PG_URL, audit_rows, read_table
+from helpers.scenario import (
+    LATE,
+    LATE_TRUNCATED,
+    PARTIAL_FILE,
+    ROUND_1,
+    ROUND_2,
+    SAMPLE_SNAPSHOTS,
+    TRUNCATE_FILE,
+    CurrentOracle,
+    HistoryOracle,
+    current_rows,
+    declare,
+    for_table,
+    history_rows,
+    write,
+)
 
+from runner.contract import state_tables
+from runner.project import Project
+from runner.run import lost_a_race
 from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -24,8 +45,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
 @pytest.mark.postgres
 def test_two_overlapping_builds_on_postgres_apply_each_file_once(cli_project, pg_url) -> None:  # noqa: ANN001
-    import psycopg2
-
     cli = cli_project("postgres", without=CHANGES_HISTORY)
     landing = cli.root / "landing"
     files = generate_customers(landing / "customers", initial=3000, files=4, changes_per_file=1000)
@@ -37,43 +56,100 @@ def test_two_overlapping_builds_on_postgres_apply_each_file_once(cli_project, pg
         f.with_suffix(".later").rename(f)
     cli.runner("ingest", "--landing", str(landing))
 
-    schema = cli.env["CDC_SCHEMA"]
-    gate = psycopg2.connect(pg_url.replace("postgresql+psycopg2", "postgresql"))
-    gate.autocommit = False
-    builds = []
-    try:
-        with gate.cursor() as cur:
-            cur.execute(f'LOCK TABLE "{schema}".cdc_applied_files IN ACCESS EXCLUSIVE MODE')
-            builds = [
-                cli.start(
-                    "dbt",
-                    "build",
-                    "--project-dir",
-                    "dbt_project",
-                    "--target",
-                    "postgres",
-                    "--select",
-                    "customers",  # the apply; two view rebuilds collide in dbt itself
-                )
-                for _ in range(2)
-            ]
-            deadline = time.monotonic() + 180
-            waiting = 0
-            while waiting < 2:
-                assert time.monotonic() < deadline, "the two builds never reached the markers"
-                assert all(b.poll() is None for b in builds), "a build ended before the gate"
-                time.sleep(0.2)
-                with gate.cursor() as probe:  # same transaction: the lock stays held
-                    probe.execute(
-                        "select count(*) from pg_locks l join pg_class c on c.oid = l.relation "
-                        "where c.relname = 'cdc_applied_files' and not l.granted"
-                    )
-                    waiting = probe.fetchone()[0]
-        gate.commit()  # both go at once
-    finally:
-        gate.close()
-    outs = [b.communicate(timeout=300) for b in builds]
-    codes = [b.returncode for b in builds]
+    outs, codes = builds_at_once(cli, "--select", "customers")  # two view rebuilds collide in dbt
     assert codes == [0, 0], [o[0][-3000:] for o in outs if "ERROR" in o[0]]
 
     assert applied(cli, files) == oracle(files)
+
+
+def builds_at_once(cli, *args: str) -> tuple[list[tuple[str, str]], list[int]]:  # noqa: ANN001
+    """Two `dbt build ARGS` processes started together; on PostgreSQL the test holds an
+    exclusive lock on the markers table until both wait on it, then lets them go at the same
+    instant, so that their applies overlap every time. Their (stdout, stderr) and exit codes."""
+    import psycopg2
+
+    def start() -> subprocess.Popen[str]:
+        return cli.start(
+            "dbt", "build", "--project-dir", "dbt_project", "--target", cli.target, *args
+        )
+
+    if cli.target != "postgres":
+        builds = [start() for _ in range(2)]
+    else:
+        schema = cli.env["CDC_SCHEMA"]
+        gate = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
+        gate.autocommit = False
+        builds = []
+        try:
+            with gate.cursor() as cur:
+                cur.execute(f'LOCK TABLE "{schema}".cdc_applied_files IN ACCESS EXCLUSIVE MODE')
+                builds = [start() for _ in range(2)]
+                deadline = time.monotonic() + 180
+                waiting = 0
+                while waiting < 2:
+                    assert time.monotonic() < deadline, "the two builds never reached the markers"
+                    assert all(b.poll() is None for b in builds), "a build ended before the gate"
+                    time.sleep(0.2)
+                    with gate.cursor() as probe:  # same transaction: the lock stays held
+                        probe.execute(
+                            "select count(*) from pg_locks l join pg_class c on c.oid = l.relation "
+                            "where c.relname = 'cdc_applied_files' and not l.granted"
+                        )
+                        waiting = probe.fetchone()[0]
+            gate.commit()  # both go at once
+        finally:
+            gate.close()
+    outs = [b.communicate(timeout=600) for b in builds]
+    return outs, [b.returncode for b in builds]
+
+
+@pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_builds_at_once_apply_the_current_state_and_the_history_once(
+    spark,  # noqa: ANN001
+    cli_project,  # noqa: ANN001
+    target: str,
+) -> None:
+    """The scenario's second round (late Files, partial updates, a truncate) applied by two
+    `dbt build` processes started together, on the current state and its change history (the
+    re-closing of neighbours): each File applied once, one marker per File and model, both
+    tables equal to the oracles; a loser fails saying it lost the race (or waits, PostgreSQL),
+    and the same build run again afterwards converges."""
+    cli = cli_project(target, without=SAMPLE_SNAPSHOTS)  # the racing builds: processes
+    declare(cli.root)
+    folder = cli.root / "landing" / "customers"
+    schema = cli.env["CDC_SCHEMA"]
+    project = Project.load(cli.root, target=target)
+    now, hist = CurrentOracle(), HistoryOracle({})
+
+    def stage(*rounds: dict[str, list[list[str]]]) -> list[Path]:
+        batch = [write(folder / n, rows) for files in rounds for n, rows in files.items()]
+        cli.runner("ingest", "--landing", str(folder.parent))
+        hist.pids.update(
+            {Path(p).name: pid for p, pid in audit_rows(cli, "select path, staged_by from files")}
+        )
+        now.apply(batch)
+        hist.apply(batch)
+        return batch
+
+    def read(table: str) -> list[dict]:
+        return read_table(target, spark, project, schema, table)
+
+    models = ("--select", "customers", "customers_changes_history")
+    good = stage(ROUND_1)
+    cli.dbt("build")
+    good += stage(ROUND_2, LATE, PARTIAL_FILE, TRUNCATE_FILE, LATE_TRUNCATED)
+    outs, codes = builds_at_once(cli, *models)
+    for code, (out, err) in zip(codes, outs, strict=True):
+        if code != 0:  # the loser: Iceberg's conflict on the same table, said as such
+            assert any(c in (out + err).lower() for c in RACE_LOST), out[-3000:]
+            assert lost_a_race(out + err)  # `runner run` would add that it lost a race
+    if target == "postgres":  # the advisory lock: the second waits, then finds the markers
+        assert codes == [0, 0], [o[0][-3000:] for o in outs]
+    cli.dbt("build", *models)  # after the race: converges, applies nothing twice
+
+    assert current_rows(read("customers")) == now.table()
+    assert history_rows(read("customers_changes_history")) == hist.table()
+    markers = read(state_tables()["applied_files"]["identifier"])
+    for table in ("customers", "customers_changes_history"):
+        names = sorted(m["file_name"] for m in for_table(markers, table))
+        assert names == sorted(p.name for p in good), table

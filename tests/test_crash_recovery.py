@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import pytest
 from helpers.oracles import applied, two_builds_at_once
 from helpers.oracles import customers_oracle as oracle
-from helpers.project import CHANGES_HISTORY
+from helpers.project import CHANGES_HISTORY, audit_rows
 
 from runner.samples.generate import generate_customers
 
@@ -93,7 +92,7 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
             landed.append(files[i].rename(landing / "customers" / files[i].name))
         _killed(cli, phase, command, "--landing", str(landing))
         again = cli.runner(command, "--landing", str(landing))  # at once: no lease to wait out
-        files_now = _audit(cli, "select path, state, attempts from files")
+        files_now = audit_rows(cli, "select path, state, attempts from files")
         assert {Path(p).name: (s, a) for p, s, a in files_now} == {
             p.name: (state, 1) for p in landed
         }, (phase, again.stdout, again.stderr)
@@ -102,27 +101,10 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
             two_builds_at_once(cli)
 
     assert applied(cli, landed) == oracle(landed)
-    runs = [r[0] for r in _audit(cli, "select outcome from runs")]
+    runs = [r[0] for r in audit_rows(cli, "select outcome from runs")]
     assert runs.count("aborted") == len(phases) and "running" not in runs, runs
     # The documented status command agrees.
     status = json.loads(cli.runner("status", "--json").stdout)
     assert sorted(Path(f["path"]).name for f in status if f["state"] == "COMMITTED") == sorted(
         p.name for p in landed
     )
-
-
-def _audit(cli, sql: str) -> list[tuple]:  # noqa: ANN001
-    """Rows of the project's Audit DB (read directly: quicker than a process per check)."""
-    if cli.target == "local":
-        with sqlite3.connect(cli.root / ".cdc" / "local" / "audit.db") as conn:
-            return list(conn.execute(sql))
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test")
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'set search_path to "{cli.env["CDC_AUDIT_SCHEMA"]}"')
-            cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        conn.close()

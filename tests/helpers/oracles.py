@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.contract import lineage_columns
+from runner.run import lost_a_race
 
 HEADER = "Op,AR_H_CHANGE_SEQ,customer_id,name,email,tier,balance,updated_at\n"
 
@@ -114,6 +115,7 @@ def two_builds_at_once(cli: Any) -> None:
     for code, (out, err) in zip(codes, outs, strict=True):
         if code != 0:
             assert any(c in (out + err).lower() for c in RACE_LOST), out
+            assert lost_a_race(out + err), out  # `runner run` adds that it lost a race
     if 0 not in codes:
         cli.dbt("build")  # converges
 
