@@ -10,14 +10,12 @@ Local Spark: see tests/test_crash_recovery.py, which races two builds between it
 
 from __future__ import annotations
 
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from helpers.oracles import RACE_LOST, applied
+from helpers.oracles import applied, builds_at_once, only_lost_races
 from helpers.oracles import customers_oracle as oracle
-from helpers.project import CHANGES_HISTORY, PG_URL, audit_rows, read_table
+from helpers.project import CHANGES_HISTORY, audit_rows, read_table
 from helpers.scenario import (
     LATE,
     LATE_TRUNCATED,
@@ -37,7 +35,6 @@ from helpers.scenario import (
 
 from runner.contract import state_tables
 from runner.project import Project
-from runner.run import lost_a_race
 from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -60,47 +57,6 @@ def test_two_overlapping_builds_on_postgres_apply_each_file_once(cli_project, pg
     assert codes == [0, 0], [o[0][-3000:] for o in outs if "ERROR" in o[0]]
 
     assert applied(cli, files) == oracle(files)
-
-
-def builds_at_once(cli, *args: str) -> tuple[list[tuple[str, str]], list[int]]:  # noqa: ANN001
-    """Two `dbt build ARGS` processes started together; on PostgreSQL the test holds an
-    exclusive lock on the markers table until both wait on it, then lets them go at the same
-    instant, so that their applies overlap every time. Their (stdout, stderr) and exit codes."""
-    import psycopg2
-
-    def start() -> subprocess.Popen[str]:
-        return cli.start(
-            "dbt", "build", "--project-dir", "dbt_project", "--target", cli.target, *args
-        )
-
-    if cli.target != "postgres":
-        builds = [start() for _ in range(2)]
-    else:
-        schema = cli.env["CDC_SCHEMA"]
-        gate = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
-        gate.autocommit = False
-        builds = []
-        try:
-            with gate.cursor() as cur:
-                cur.execute(f'LOCK TABLE "{schema}".cdc_applied_files IN ACCESS EXCLUSIVE MODE')
-                builds = [start() for _ in range(2)]
-                deadline = time.monotonic() + 180
-                waiting = 0
-                while waiting < 2:
-                    assert time.monotonic() < deadline, "the two builds never reached the markers"
-                    assert all(b.poll() is None for b in builds), "a build ended before the gate"
-                    time.sleep(0.2)
-                    with gate.cursor() as probe:  # same transaction: the lock stays held
-                        probe.execute(
-                            "select count(*) from pg_locks l join pg_class c on c.oid = l.relation "
-                            "where c.relname = 'cdc_applied_files' and not l.granted"
-                        )
-                        waiting = probe.fetchone()[0]
-            gate.commit()  # both go at once
-        finally:
-            gate.close()
-    outs = [b.communicate(timeout=600) for b in builds]
-    return outs, [b.returncode for b in builds]
 
 
 @pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -139,10 +95,7 @@ def test_two_builds_at_once_apply_the_current_state_and_the_history_once(
     cli.dbt("build")
     good += stage(ROUND_2, LATE, PARTIAL_FILE, TRUNCATE_FILE, LATE_TRUNCATED)
     outs, codes = builds_at_once(cli, *models)
-    for code, (out, err) in zip(codes, outs, strict=True):
-        if code != 0:  # the loser: Iceberg's conflict on the same table, said as such
-            assert any(c in (out + err).lower() for c in RACE_LOST), out[-3000:]
-            assert lost_a_race(out + err)  # `runner run` would add that it lost a race
+    only_lost_races(outs, codes)  # the loser: Iceberg's conflict, said as such
     if target == "postgres":  # the advisory lock: the second waits, then finds the markers
         assert codes == [0, 0], [o[0][-3000:] for o in outs]
     cli.dbt("build", *models)  # after the race: converges, applies nothing twice

@@ -9,6 +9,13 @@
 {% endmacro %}
 
 {% macro postgres__create_table_as(temporary, relation, sql) %}
+  {%- if temporary and cdc.is_apply_model() -%}
+    {#- The model's rows (the Files without a marker, a group's released parts) are selected
+        under the apply's lock, in the model's transaction: a second build of the table waits
+        here, then selects only what the first left (a part it applied is not counted twice). -#}
+    {{ return(cdc.postgres_apply_lock(cdc.target_name()) ~ ';\n'
+        ~ dbt.postgres__create_table_as(temporary, relation, sql)) }}
+  {%- endif -%}
   {%- if temporary or not cdc.is_apply_model() -%}
     {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
   {%- endif -%}

@@ -5,12 +5,15 @@ the same shape."""
 from __future__ import annotations
 
 import csv
+import subprocess
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from helpers.project import PG_URL
 from runner.contract import lineage_columns
 from runner.run import lost_a_race
 
@@ -118,6 +121,56 @@ def two_builds_at_once(cli: Any) -> None:
             assert lost_a_race(out + err), out  # `runner run` adds that it lost a race
     if 0 not in codes:
         cli.dbt("build")  # converges
+
+
+def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[int]]:
+    """Two `dbt build ARGS` processes started together; on PostgreSQL the test holds an
+    exclusive lock on the markers table until both wait on it, then lets them go at the same
+    instant, so that their applies overlap every time. Their (stdout, stderr) and exit codes."""
+    import psycopg2
+
+    def start() -> subprocess.Popen[str]:
+        return cli.start(
+            "dbt", "build", "--project-dir", "dbt_project", "--target", cli.target, *args
+        )
+
+    if cli.target != "postgres":
+        builds = [start() for _ in range(2)]
+    else:
+        schema = cli.env["CDC_SCHEMA"]
+        gate = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
+        gate.autocommit = False
+        builds = []
+        try:
+            with gate.cursor() as cur:
+                cur.execute(f'LOCK TABLE "{schema}".cdc_applied_files IN ACCESS EXCLUSIVE MODE')
+                builds = [start() for _ in range(2)]
+                deadline = time.monotonic() + 180
+                waiting = 0
+                while waiting < 2:
+                    assert time.monotonic() < deadline, "the two builds never reached the markers"
+                    assert all(b.poll() is None for b in builds), "a build ended before the gate"
+                    time.sleep(0.2)
+                    with gate.cursor() as probe:  # same transaction: the lock stays held
+                        probe.execute(
+                            "select count(*) from pg_locks l join pg_class c on c.oid = l.relation "
+                            "where c.relname = 'cdc_applied_files' and not l.granted"
+                        )
+                        waiting = probe.fetchone()[0]
+            gate.commit()  # both go at once
+        finally:
+            gate.close()
+    outs = [b.communicate(timeout=600) for b in builds]
+    return outs, [b.returncode for b in builds]
+
+
+def only_lost_races(outs: list[tuple[str, str]], codes: list[int]) -> None:
+    """Each build that failed says it lost a race to a concurrent commit (Iceberg's conflict),
+    and the runner would tell so."""
+    for code, (out, err) in zip(codes, outs, strict=True):
+        if code != 0:
+            assert any(c in (out + err).lower() for c in RACE_LOST), out[-3000:]
+            assert lost_a_race(out + err), out[-3000:]
 
 
 def staged_oracle(path: Path) -> list[tuple]:

@@ -9,7 +9,12 @@
 {% endmacro %}
 {% macro default__apply_lock_sql(ctx) %}{{ return('') }}{% endmacro %}
 {% macro postgres__apply_lock_sql(ctx) %}
-  {{ return('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc apply ' ~ ctx.target_name) ~ ', 0))') }}
+  {{ return(cdc.postgres_apply_lock(ctx.target_name)) }}
+{% endmacro %}
+{#- The lock itself, by target name: also taken before the model's rows are selected
+    (postgres__create_table_as), so that a build that waited reads what the other committed. -#}
+{% macro postgres_apply_lock(target_name) %}
+  {{ return('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc apply ' ~ target_name) ~ ', 0))') }}
 {% endmacro %}
 
 {#- ADR-019: a target with duplicate keys (rows written before the apply, a manual insert, a
