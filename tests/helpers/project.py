@@ -65,10 +65,11 @@ def new_schema(prefix: str = "cdc_test") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-# The test suite's JVMs (its SparkSession, and every `runner` and `dbt` process a test starts)
-# compile with C1 alone: on tiny test data a JVM spends more CPU in the C2 compiler than in
-# running queries, and two test workers share two cores. Semantics are the same; users' JVMs
-# keep the JVM's defaults (the copies below are the tests' own).
+# The JVMs of the `runner` and `dbt` processes a test starts compile with C1 alone: a process
+# that lives a minute on tiny test data spends more CPU in the C2 compiler than in running
+# queries, and two test workers share two cores. The session's own SparkSession (conftest's
+# `spark`), which lives the whole run, keeps C2. Semantics are the same; users' JVMs keep the
+# JVM's defaults (the copies below are the tests' own).
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 PROFILE_JVM_ANCHOR = '        spark.ui.enabled: "false"\n'
 
@@ -87,13 +88,19 @@ def _with_test_jvm(source: Path, dest: Path, anchor: str | None) -> None:
     dest.write_text(text)
 
 
-def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
+def make_project(
+    root: Path, without: tuple[str, ...] = (), shop: bool = False, short_jvm: bool = True
+) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
     `without`: sample models left out of the copy (their SQL file and their YAML entry);
-    `shop`: keep the sample's transaction group (SHOP)."""
+    `shop`: keep the sample's transaction group (SHOP); `short_jvm`: TEST_JAVA_OPTIONS."""
     root.mkdir(parents=True, exist_ok=True)
-    _with_test_jvm(REPO / "profiles.example.yml", root / "profiles.yml", PROFILE_JVM_ANCHOR)
-    _with_test_jvm(REPO / "runner.yml", root / "runner.yml", None)
+    if short_jvm:
+        _with_test_jvm(REPO / "profiles.example.yml", root / "profiles.yml", PROFILE_JVM_ANCHOR)
+        _with_test_jvm(REPO / "runner.yml", root / "runner.yml", None)
+    else:
+        shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
+        shutil.copy(REPO / "runner.yml", root / "runner.yml")
     shutil.copytree(
         REPO / "dbt_project",
         root / "dbt_project",
