@@ -123,10 +123,26 @@ def two_builds_at_once(cli: Any) -> None:
         cli.dbt("build")  # converges
 
 
+# Builds of this schema waiting: on the markers table (held by the test), or for the apply's
+# advisory lock of one of its tables (cdc.postgres_apply_lock: 'cdc apply <schema>.<table>',
+# shown in pg_locks as its high and low 32 bits), which a second build of a table takes first.
+WAITING = """
+select count(*) from pg_locks l
+where not l.granted and (
+  l.relation = (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                where n.nspname = %s and c.relname = 'cdc_applied_files')
+  or (l.locktype = 'advisory' and exists (
+    select 1 from pg_tables t where t.schemaname = %s
+    and ((l.classid::bigint << 32) | l.objid::bigint)
+        = hashtextextended('cdc apply ' || lower(t.schemaname || '.' || t.tablename), 0))))
+"""
+
+
 def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[int]]:
     """Two `dbt build ARGS` processes started together; on PostgreSQL the test holds an
-    exclusive lock on the markers table until both wait on it, then lets them go at the same
-    instant, so that their applies overlap every time. Their (stdout, stderr) and exit codes."""
+    exclusive lock on the markers table until both wait (on it, or the second for the first's
+    apply lock), then lets them go at the same instant, so that their applies overlap every
+    time. Their (stdout, stderr) and exit codes."""
     import psycopg2
 
     def start() -> subprocess.Popen[str]:
@@ -152,10 +168,7 @@ def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[in
                     assert all(b.poll() is None for b in builds), "a build ended before the gate"
                     time.sleep(0.2)
                     with gate.cursor() as probe:  # same transaction: the lock stays held
-                        probe.execute(
-                            "select count(*) from pg_locks l join pg_class c on c.oid = l.relation "
-                            "where c.relname = 'cdc_applied_files' and not l.granted"
-                        )
+                        probe.execute(WAITING, (schema, schema))
                         waiting = probe.fetchone()[0]
             gate.commit()  # both go at once
         finally:
