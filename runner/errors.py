@@ -9,6 +9,8 @@ can be pinned on and re-raised. :func:`classify` maps the exceptions of the libr
 
 from __future__ import annotations
 
+import re
+
 import click
 
 
@@ -83,6 +85,49 @@ _TRANSIENT = (
     "SparkContext was shut down",
     "Py4JNetworkError",
 )
+# What the Spark catalog's PostgreSQL going away looks like from inside Spark: the JDBC driver's
+# connection errors, and Iceberg's JDBC catalog failing its own reconnect with a cast error
+# (apache/iceberg#11176, still in 1.9) whenever the server restarted under an open connection.
+_CATALOG_GONE = (
+    "Cannot cast org.postgresql.util.PSQLException to java.sql.SQLTransientException",
+    "PSQLException: Connection to ",
+    "PSQLException: The connection attempt failed",
+    "PSQLException: An I/O error occurred while sending to the backend",
+    "PSQLException: This connection has been closed",
+    "PSQLException: FATAL: terminating connection",
+    "PSQLException: FATAL: the database system is",
+)
+_CONNECTION = re.compile(
+    r"connect|server closed|terminating connection|database system is|SSL SYSCALL"
+    r"|could not (send|receive) data",
+    re.I,
+)
+_AGAIN = "run the same command again once it answers (nothing half-applied is kept)"
+
+
+def server_gone(exc: BaseException) -> str | None:
+    """One line for a database that went away or refuses connections (the destination, the
+    Audit DB or the Spark catalog's PostgreSQL), or None for any other error."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:  # the error and what it was raised from
+        seen.add(id(link))
+        text = str(link)
+        module = type(link).__module__.split(".")[0]
+        if (
+            module in ("psycopg2", "sqlalchemy")
+            and type(link).__name__ in ("OperationalError", "InterfaceError")
+            and _CONNECTION.search(text)  # not a timeout, a serialization failure, a full disk
+        ):
+            said = text.removeprefix("(psycopg2.OperationalError) ").strip().splitlines()
+            return f"lost PostgreSQL: {said[0][:300] if said else type(link).__name__}; {_AGAIN}"
+        for sign in _CATALOG_GONE:
+            if sign in text:
+                found = re.search(r"PSQLException: ([^\n]+)", text)
+                detail = found.group(1).strip()[:300] if found else "Iceberg could not reconnect"
+                return f"lost the Spark catalog's PostgreSQL: {detail}; {_AGAIN}"
+        link = link.__cause__ or link.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -112,6 +157,9 @@ def classify(
             return TransientError(f"destination connection: {_first_line(exc)}", **where)
     except ImportError:  # pragma: no cover
         pass
+    gone = server_gone(exc)
+    if gone:
+        return TransientError(gone, **where)
     if any(marker in text for marker in _TRANSIENT) or isinstance(exc, ConnectionError):
         return TransientError(f"{type(exc).__name__}: {_first_line(exc)}", **where)
     for marker in _UNREADABLE_INPUT:

@@ -110,19 +110,25 @@ def dbt_build(
 # optimistic commit (a conflicting MERGE, or a scratch table replaced under the apply), Delta's
 # concurrent-modification exceptions, BigQuery's serialization error. The loser's statements
 # before it are replays of an idempotent apply: running the build again finishes it. On Spark
-# two builds of one model also share its scratch tables (`<model>__cdc_batch`, ...): the one that
-# finishes first drops them, and the other finds them gone.
+# two builds of one model also share its scratch tables (`<model>__cdc_batch`, ...): both create
+# one at once and the catalog refuses the second, or the one that finishes first drops them and
+# the other finds them gone. dbt creates a relation only after finding it absent, so a catalog
+# refusing a create means another build created it in between.
 RACE_LOST_SIGNS = (
     "commitfailedexception",
     "found conflicting files",
     "missing required files to delete",
     "table uuid does not match",
+    "has been concurrently modified",
+    "table already exists: ",
+    "view already exists: ",
+    "table_or_view_already_exists",
     "concurrentappendexception",
     "concurrentdeletereadexception",
     "concurrentdeletedeleteexception",
     "could not serialize access to table",
 )
-SCRATCH_GONE = re.compile(r"__cdc_\w+`? cannot be found")
+SCRATCH_GONE = re.compile(r"__cdc_\w+`? (cannot be found|from catalog \w+: dropped by another)")
 RACE_LOST_HINT = " (another build committed to the same table at the same time; run again)"
 
 

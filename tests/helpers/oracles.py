@@ -5,6 +5,7 @@ the same shape."""
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import time
 from collections import Counter
@@ -100,8 +101,8 @@ ICEBERG_CONFLICT = (
 
 
 # What else a build racing another one over the same models may lose on: the other build
-# dropped the apply's batch table of the same model under it.
-RACE_LOST = (*ICEBERG_CONFLICT, "__cdc_batch` cannot be found")
+# dropped the apply's batch table of the same model under it (before or while it is read).
+RACE_LOST = (*ICEBERG_CONFLICT, "__cdc_batch` cannot be found", "dropped by another process")
 
 
 def two_builds_at_once(cli: Any) -> None:
@@ -117,8 +118,8 @@ def two_builds_at_once(cli: Any) -> None:
     codes = [b.returncode for b in builds]
     for code, (out, err) in zip(codes, outs, strict=True):
         if code != 0:
-            assert any(c in (out + err).lower() for c in RACE_LOST), out
-            assert lost_a_race(out + err), out  # `runner run` adds that it lost a race
+            assert any(c in (out + err).lower() for c in RACE_LOST), error_lines(out + err)
+            assert lost_a_race(out + err), error_lines(out + err)  # `runner run` says so
     if 0 not in codes:
         cli.dbt("build")  # converges
 
@@ -182,8 +183,18 @@ def only_lost_races(outs: list[tuple[str, str]], codes: list[int]) -> None:
     and the runner would tell so."""
     for code, (out, err) in zip(codes, outs, strict=True):
         if code != 0:
-            assert any(c in (out + err).lower() for c in RACE_LOST), out[-3000:]
-            assert lost_a_race(out + err), out[-3000:]
+            assert any(c in (out + err).lower() for c in RACE_LOST), error_lines(out + err)
+            assert lost_a_race(out + err), error_lines(out + err)
+
+
+def error_lines(text: str) -> str:
+    """What a failed build said, without the JVM's stack frames."""
+    said = [
+        line
+        for line in text.splitlines()
+        if re.search(r"error|exception|failed", line, re.I) and not line.strip().startswith("at ")
+    ]
+    return "\n".join(said[:40]) or text[-3000:]
 
 
 def staged_oracle(path: Path) -> list[tuple]:

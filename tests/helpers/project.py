@@ -352,7 +352,13 @@ def audit_rows(cli: Cli, sql: str) -> list[tuple]:
             return list(conn.execute(sql))
     import psycopg2
 
-    conn = psycopg2.connect(host="127.0.0.1", user="postgres", dbname="test")
+    env = cli.env
+    conn = psycopg2.connect(
+        host=env.get("CDC_PG_HOST", "127.0.0.1"),
+        port=int(env.get("CDC_PG_PORT", "5432")),
+        user=env.get("CDC_PG_USER", "postgres"),
+        dbname=env.get("CDC_PG_DATABASE", "test"),
+    )
     try:
         with conn.cursor() as cur:
             cur.execute(f'set search_path to "{cli.env["CDC_AUDIT_SCHEMA"]}"')

@@ -1,0 +1,107 @@
+"""Servers a test may stop and start: a PostgreSQL server of the test's own (initdb in a
+temporary folder, its own port), so that taking it away mid-run touches nobody else's tests.
+
+PostgreSQL refuses to run as root: as root, the server runs as the `postgres` user Debian's
+package creates."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+INSTALL = "PostgreSQL's server binaries are missing: `apt-get install -y postgresql`"
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
+    if not found:
+        raise RuntimeError(INSTALL)
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivatePostgres:
+    """A PostgreSQL server in a temporary folder on a free port (trust auth, user postgres,
+    database test); ``stop()``, ``start()``, ``close()``."""
+
+    def __init__(self, folder: str | None = None) -> None:
+        """A new server; with ``folder`` (another process's server's), that one."""
+        self.folder = Path(folder or tempfile.mkdtemp(prefix="cdc-pg-"))
+        self.data = self.folder / "data"
+        self.log = self.folder / "server.log"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            if not runuser:
+                raise RuntimeError("as root, `runuser` is needed to run PostgreSQL as postgres")
+            self._as = [runuser, "-u", "postgres", "--"]
+        if folder:
+            self.port = int((self.folder / "port").read_text())
+            return
+        self.port = _free_port()
+        (self.folder / "port").write_text(str(self.port))
+        if self._as:
+            shutil.chown(self.folder, "postgres", "postgres")
+        os.chmod(self.folder, 0o755)
+        self._run(_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                  "--no-sync", "-E", "UTF8")  # fmt: skip
+        self.start()
+        self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                  "test")  # fmt: skip
+
+    def _run(self, *args: str) -> None:
+        done = subprocess.run([*self._as, *args], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:2])} failed: {done.stderr or done.stdout}")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options,
+                  "-w", "-t", "60", "start")  # fmt: skip
+
+    def stop(self, mode: str = "immediate") -> None:
+        """Down at once: every client's connection is cut (``immediate``: as a crash would)."""
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def answers(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The variables that point profiles.yml's targets and the runner at this server."""
+        return {
+            "CDC_PG_HOST": "127.0.0.1",
+            "CDC_PG_PORT": str(self.port),
+            "CDC_PG_USER": "postgres",
+            "CDC_PG_DATABASE": "test",
+            "CDC_TEST_PG_FOLDER": str(self.folder),
+        }
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/test"
+
+    def close(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(RuntimeError):
+                self.stop()
+        deadline = time.monotonic() + 10
+        while self.answers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,79 @@
+"""How the runner says what went wrong, in one line: a database that went away, and a build
+that lost a race to another build of the same table (the messages as Iceberg and Spark word
+them; the tests that provoke them for real are test_servers.py and test_concurrency.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.errors import TransientError, classify, server_gone
+from runner.run import lost_a_race
+
+
+def _refused() -> BaseException:
+    """A real driver error: PostgreSQL refusing a connection (nothing listens on port 1)."""
+    import psycopg2
+
+    try:
+        psycopg2.connect(host="127.0.0.1", port=1, user="postgres", dbname="t", connect_timeout=3)
+    except psycopg2.OperationalError as exc:
+        return exc
+    raise AssertionError("something listens on 127.0.0.1:1")
+
+
+def test_a_database_that_went_away_is_said_in_one_line_and_is_nobodys_files_fault() -> None:
+    exc = _refused()
+    said = server_gone(exc)
+    assert said is not None and said.startswith("lost PostgreSQL: ")
+    assert "127.0.0.1" in said and "\n" not in said
+    assert "run the same command again" in said
+    try:  # the same, raised from inside the runner's own code
+        raise RuntimeError("the Audit DB could not be updated") from exc
+    except RuntimeError as wrapped:
+        assert server_gone(wrapped) == said
+    assert isinstance(classify(exc, path="landing/a.csv"), TransientError)  # no attempt counted
+    assert server_gone(ValueError("could not convert 'x' to int")) is None
+
+
+def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
+    # Iceberg's JDBC catalog reconnecting to a restarted server fails with a cast error
+    # (apache/iceberg#11176); Py4J's text carries the Java exception.
+    text = (
+        "An error occurred while calling o61.sql.\n: java.lang.ClassCastException: Cannot cast "
+        "org.postgresql.util.PSQLException to java.sql.SQLTransientException\n\tat java.base/"
+    )
+    said = server_gone(RuntimeError(text))
+    assert said is not None and said.startswith("lost the Spark catalog's PostgreSQL")
+    refused = "x\n: org.postgresql.util.PSQLException: Connection to 127.0.0.1:5 refused. Check\n"
+    assert "Connection to 127.0.0.1:5 refused" in (server_gone(RuntimeError(refused)) or "")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [  # what the losing build said in two-builds races on local Spark + Iceberg 1.9
+        "java.lang.IllegalStateException: Runtime file filtering is not possible: the table has "
+        "been concurrently modified. Row-level operation scan snapshot ID: 1",
+        "org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can "
+        "contain records matching true: [/w/customers/data/0.parquet]",
+        "java.lang.IllegalStateException: Table UUID does not match: current=6b != refreshed=46",
+        "org.apache.iceberg.exceptions.NoSuchTableException: Failed to load table "
+        "s.customers_changes_history__cdc_batch from catalog spark_catalog: dropped by another "
+        "process",
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`customers__cdc_batch` cannot be found.",
+        "org.apache.iceberg.exceptions.AlreadyExistsException: Table already exists: s.c__cdc_b",
+    ],
+)
+def test_a_lost_race_is_recognised(message: str) -> None:
+    assert lost_a_race(message)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`customers` cannot be found.",
+        "org.apache.iceberg.exceptions.ValidationException: Cannot find field 'x' in struct",
+        "",
+    ],
+)
+def test_other_errors_are_not_called_a_race(message: str) -> None:
+    assert not lost_a_race(message)
