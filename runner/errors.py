@@ -9,6 +9,7 @@ can be pinned on and re-raised. :func:`classify` maps the exceptions of the libr
 
 from __future__ import annotations
 
+import errno
 import re
 
 import click
@@ -130,9 +131,52 @@ def server_gone(exc: BaseException) -> str | None:
     return None
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The exception's first line; for an error raised in Spark's JVM, the Java exception's
+    (Py4J's own first line only names the call)."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            said = str(java.toString()).strip().splitlines()
+            if said:
+                return said[0][:500]
+        except Exception:  # noqa: BLE001 - the JVM may be gone: say what Python has
+            pass
     text = str(exc).strip().splitlines()
     return text[0][:500] if text else type(exc).__name__
+
+
+def disk_full(exc: BaseException, where: str | None = None) -> str | None:
+    """One line for a write that found no space left (``where``, or where the error or the
+    running SparkSession can tell), or None."""
+    text = str(exc)
+    if "No space left on device" not in text and getattr(exc, "errno", None) != errno.ENOSPC:
+        return None
+    found = re.search(r"(/[^\s:()\"']+)[\"']?:? \(?No space left on device", text)
+    if not where:
+        where = found.group(1) if found else getattr(exc, "filename", None) or _spark_warehouse()
+    place = f" under {where}" if where else ""
+    return (
+        f"no space left on device{place}: free space there, then run the same command again "
+        "(nothing half-written is kept)"
+    )
+
+
+def _spark_warehouse() -> str | None:
+    """The running SparkSession's warehouse folder (where its tables' files are written)."""
+    try:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+        if session is None:
+            return None
+        conf = session.sparkContext.getConf()
+        value = conf.get("spark.sql.catalog.spark_catalog.warehouse") or conf.get(
+            "spark.sql.warehouse.dir"
+        )
+        return str(value).removeprefix("file:") if value else None
+    except Exception:  # noqa: BLE001 - no Spark here, or it is gone
+        return None
 
 
 def classify(
@@ -148,20 +192,20 @@ def classify(
         return exc
     where = dict(path=path, content_hash=content_hash, process_id=process_id)
     text = f"{type(exc).__name__}: {exc}"
+    gone = server_gone(exc) or disk_full(exc)
+    if gone:  # not the File's fault: no attempt counts against it
+        return TransientError(gone, **where)
     try:
         import psycopg2
 
         if isinstance(exc, psycopg2.DataError):
-            return TerminalError(f"the destination refused a value: {_first_line(exc)}", **where)
+            return TerminalError(f"the destination refused a value: {first_line(exc)}", **where)
         if isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError):
-            return TransientError(f"destination connection: {_first_line(exc)}", **where)
+            return TransientError(f"destination connection: {first_line(exc)}", **where)
     except ImportError:  # pragma: no cover
         pass
-    gone = server_gone(exc)
-    if gone:
-        return TransientError(gone, **where)
     if any(marker in text for marker in _TRANSIENT) or isinstance(exc, ConnectionError):
-        return TransientError(f"{type(exc).__name__}: {_first_line(exc)}", **where)
+        return TransientError(f"{type(exc).__name__}: {first_line(exc)}", **where)
     for marker in _UNREADABLE_INPUT:
         if marker in text:
             lines = [ln.strip() for ln in text.splitlines()]
@@ -174,4 +218,4 @@ def classify(
                 else next((ln for ln in lines if marker in ln), marker)
             )
             return TerminalError(f"cannot be read: {line[:300]}", **where)
-    return CdcError(f"{type(exc).__name__}: {_first_line(exc)}", **where)
+    return CdcError(f"{type(exc).__name__}: {first_line(exc)}", **where)

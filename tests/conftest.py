@@ -67,6 +67,7 @@ FIRST = (
     "test_snapshot.py::test_daily_extracts",
     "test_watch.py::",
     "test_servers.py::",
+    "test_full_disk.py::",
     "test_run_cost.py::",
     "test_catalog.py::test_two_runners",
     "test_cluster.py::",

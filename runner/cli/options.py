@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from runner.errors import CdcError, server_gone
+from runner.errors import CdcError, disk_full, first_line, server_gone
 from runner.invocation import Invocation
 from runner.project import Project
 
@@ -67,7 +67,8 @@ class RunnerGroup(click.Group):
             debug = _debug(ctx)
             if debug:
                 traceback.print_exc()
-            click.echo(f"error: {server_gone(exc) or _one_line(exc)}", err=True)
+            said = server_gone(exc) or disk_full(exc) or _one_line(exc)
+            click.echo(f"error: {said}", err=True)
             if not debug:
                 click.echo("run again with --debug for the traceback", err=True)
             ctx.exit(ExitCode.ERROR)
@@ -155,15 +156,4 @@ def global_options(func: Any) -> Any:
 
 
 def _one_line(exc: BaseException) -> str:
-    """The exception's class and first line; for an error raised in Spark's JVM, the Java
-    exception's (Py4J's own first line only names the call)."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            said = str(java.toString()).strip().splitlines()
-            if said:
-                return f"{type(exc).__name__}: {said[0][:500]}"
-        except Exception:  # noqa: BLE001 - the JVM may be gone: say what Python has
-            pass
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else repr(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -24,7 +24,7 @@ from runner.destinations.base import (
     staged_types,
 )
 from runner.destinations.spark.session import build_session
-from runner.errors import ConfigError, IntegrityError
+from runner.errors import ConfigError, IntegrityError, TransientError, disk_full
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -161,6 +161,25 @@ class SparkTableWriter(StagingWriter):
         return quote(*full), ".".join(full)
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
+        try:
+            self._write(spark, batch)
+        except Exception as exc:
+            full = disk_full(exc, where=self._location(spark, batch.entity))
+            if full:  # said with the table's folder: the disk under it is the one to free
+                raise TransientError(full) from exc
+            raise
+
+    def _location(self, spark: SparkSession, entity: Entity) -> str | None:
+        """Where the entity's staging table keeps its files, if the catalog can say."""
+        table = self._name(entity.staging_schema, entity.staging_table)[0]
+        try:
+            rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+        except Exception:  # noqa: BLE001 - no table yet, or the catalog cannot say
+            return None
+        found = next((r["data_type"] for r in rows if r["col_name"] == "Location"), None)
+        return str(found).removeprefix("file:") if found else None
+
+    def _write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity, out = batch.entity, batch.rows
         lineage = lineage_columns()
         _ensure_namespace(spark, self._name(entity.staging_schema)[0])

@@ -1,0 +1,96 @@
+"""A full disk under the warehouse (issue "Faults beyond a killed runner"): the local target's
+warehouse folder is a small tmpfs mounted by the test (root is needed for the mount; without it
+the test says so and is skipped). A File too big for the space left fails its run with one line
+that says the disk is full and where; nothing of it is visible in the target, no attempt counts
+against it; once there is room (the tmpfs remounted larger) the same command finishes, and the
+table equals the plain-Python oracle's with one marker per File.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.project import CHANGES_HISTORY, audit_rows, read_table
+from helpers.scenario import ROUND_1, CurrentOracle, change, current_rows, declare, write
+
+from runner.contract import state_tables
+from runner.project import Project
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # noqa: ANN201
+    """A function mounting a tmpfs of a size at a folder; every mount is undone after."""
+    mounted: list[Path] = []
+
+    def mount(folder: Path, size: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        options = f"size={size}" if folder not in mounted else f"remount,size={size}"
+        if os.geteuid() != 0 or not shutil.which("mount"):
+            pytest.skip("mounting a small tmpfs needs root and mount(8)")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        if folder not in mounted:
+            mounted.append(folder)
+
+    yield mount
+    for folder in reversed(mounted):
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed_finishes(
+    spark,  # noqa: ANN001
+    cli_project,  # noqa: ANN001
+    small_disk,  # noqa: ANN001
+) -> None:
+    cli = cli_project("local", without=CHANGES_HISTORY)
+    declare(cli.root)
+    warehouse = cli.root / ".cdc" / "local" / "warehouse"
+    small_disk(warehouse, "3m")
+    folder = cli.root / "landing" / "customers"
+    project = Project.load(cli.root, target="local")
+    now = CurrentOracle()
+
+    def read(table: str) -> list[dict]:
+        return read_table("local", spark, project, cli.schema, table)
+
+    first = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    cli.runner("run", "--landing", str(folder.parent))
+    now.apply(first)
+    assert current_rows(read("customers")) == now.table()
+
+    # About 14 MB of values that do not compress (random hex): more than the disk has left.
+    big = write(
+        folder / "20260301-120000000.csv",
+        [change("U", n, 1 + n % 6, os.urandom(4000).hex()) for n in range(100, 950)],
+    )
+    failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    said = " ".join(errors) + failed.stdout
+    assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert "no space left on device" in said.lower(), (failed.stdout[-2000:], failed.stderr[-3000:])
+    assert f"under {warehouse}/" in said, said  # where: the staging table's folder in it
+    assert current_rows(read("customers")) == now.table()  # nothing of the big File visible
+    states = dict(audit_rows(cli, "select path, state from files"))
+    assert states[str(big)] != "COMMITTED" and states[str(big)] != "QUARANTINED", states
+
+    small_disk(warehouse, "200m")  # space freed
+    cli.runner("run", "--landing", str(folder.parent))
+    now.apply([big])
+    assert current_rows(read("customers")) == now.table()
+    markers = read(state_tables()["applied_files"]["identifier"])
+    assert sorted(m["file_name"] for m in markers) == sorted(p.name for p in [*first, big])
+    attempts = audit_rows(cli, "select path, state, attempts from files")
+    assert {Path(p).name: (s, a) for p, s, a in attempts} == {
+        p.name: ("COMMITTED", 1) for p in [*first, big]
+    }  # the full disk was not the File's fault
