@@ -66,7 +66,7 @@ FIRST = (
     "test_contract.py::",
     "test_snapshot.py::test_daily_extracts",
     "test_watch.py::",
-    "test_servers.py::",
+    "test_servers.py::test_postgresql",
     "test_full_disk.py::",
     "test_run_cost.py::",
     "test_catalog.py::test_two_runners",

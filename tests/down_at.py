@@ -1,11 +1,13 @@
-"""`python tests/down_at.py PHASE runner|dbt ARGS...`: the runner or dbt CLI, with the test's
-own PostgreSQL server (tests/helpers/servers.py, the folder in CDC_TEST_PG_FOLDER) stopped at
-one moment (the phases: tests/helpers/faults.py), as a crash or failover of the server would
-stop it. The server stays down; the test starts it again once the command has ended."""
+"""`python tests/down_at.py PHASE runner|dbt ARGS...`: the runner or dbt CLI, with a server of
+the test's own stopped at one moment (the phases: tests/helpers/faults.py), as a crash or
+failover would stop it: the BigQuery emulator whose process group is CDC_TEST_BQ_PID (killed),
+else the PostgreSQL server in CDC_TEST_PG_FOLDER (tests/helpers/servers.py). The test starts
+it again."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from helpers.faults import armed
@@ -14,8 +16,14 @@ from helpers.servers import PrivatePostgres
 if __name__ == "__main__":
     phase, command, *args = sys.argv[1:]
     assert command in ("runner", "dbt"), "usage: down_at.py PHASE runner|dbt ARGS..."
-    server = PrivatePostgres(os.environ["CDC_TEST_PG_FOLDER"])
-    with armed(phase, server.stop):
+    if os.environ.get("CDC_TEST_BQ_PID"):
+        pid = int(os.environ["CDC_TEST_BQ_PID"])
+
+        def stop() -> None:
+            os.killpg(pid, signal.SIGKILL)
+    else:
+        stop = PrivatePostgres(os.environ["CDC_TEST_PG_FOLDER"]).stop
+    with armed(phase, stop):
         if command == "dbt":
             from dbt.cli.main import cli as main
         else:

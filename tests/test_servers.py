@@ -20,13 +20,20 @@ from pathlib import Path
 import pytest
 from helpers.oracles import applied
 from helpers.oracles import customers_oracle as oracle
-from helpers.project import CHANGES_HISTORY, Cli, audit_rows, link_package, make_project
+from helpers.project import (
+    CHANGES_HISTORY,
+    Cli,
+    audit_rows,
+    link_package,
+    make_project,
+    new_schema,
+)
 from helpers.servers import PrivatePostgres
 
 from runner.destinations.spark.session import link_iceberg_jar
 from runner.samples.generate import generate_customers
 
-pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
 DOWN_AT = Path(__file__).parent / "down_at.py"
 # The moments the server goes away, per target: on local Spark reconcile reads the markers
@@ -82,6 +89,7 @@ def _with_server_down(cli: Cli, server: PrivatePostgres, phase: str, *args: str)
     return errors[0]
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("target", ["postgres", "local"])
 def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_back(
     tmp_path: Path, server: PrivatePostgres, target: str
@@ -111,3 +119,60 @@ def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_b
         }, (phase, said[phase])
 
     assert applied(cli, landed) == oracle(landed)  # one marker per File, nothing twice
+
+
+@pytest.mark.bigquery
+@pytest.mark.parametrize("phase", ["bq-load", "bq-apply"])
+def test_the_bigquery_emulator_going_away_mid_run_loses_nothing_and_applies_nothing_twice(
+    tmp_path: Path, phase: str
+) -> None:
+    """The emulator (its state kept on disk) killed as a load job or the apply script is sent,
+    and started again on its port a few seconds later, as a service comes back: the run either
+    rides it out (the client retries) or ends with one line; the same command afterwards
+    leaves every File COMMITTED once, and the table equals the oracle's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import bq_emulator
+
+    data = tmp_path / "bq-data"
+    data.mkdir()
+    try:
+        emulator = bq_emulator.start(data_dir=data, log=tmp_path / "bq.log")
+    except RuntimeError as exc:
+        pytest.fail(f"the BigQuery emulator could not start: {exc} (`make setup`)", pytrace=False)
+    try:
+        root = make_project(tmp_path / "repo", CHANGES_HISTORY)
+        cli = Cli(root, "bigquery", new_schema(), CDC_BQ_ENDPOINT=emulator.endpoint)
+        cli.env["CDC_TEST_BQ_PID"] = str(emulator.process.pid)
+        link_package(root)
+        files = generate_customers(tmp_path / "pool", initial=40, files=2, changes_per_file=15)
+        landing = tmp_path / "landing"
+        (landing / "customers").mkdir(parents=True)
+        first, later = files[:1], files[1:]
+        for f in first:
+            f.rename(landing / "customers" / f.name)
+        cli.runner("run", "--landing", str(landing))
+        landed = [landing / "customers" / f.name for f in first]
+        for f in later:
+            landed.append(f.rename(landing / "customers" / f.name))
+
+        proc = subprocess.Popen(
+            [sys.executable, str(DOWN_AT), phase, "runner", "run", "--target", "bigquery",
+             "--landing", str(landing)],
+            cwd=cli.root, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        while emulator.process.poll() is None:  # until the run killed it
+            assert proc.poll() is None, f"{phase}: the run ended first: {proc.communicate()}"
+            time.sleep(0.1)
+        time.sleep(3)  # down for a moment, then back on its port with its data
+        emulator = bq_emulator.start(emulator.port, data_dir=data, log=tmp_path / "bq.log")
+        out, err = proc.communicate(timeout=600)
+        if proc.returncode != 0:  # it did not ride it out: then one line, no traceback
+            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            assert len(errors) == 1 and "Traceback" not in err, (phase, err[-3000:])
+        cli.runner("run", "--landing", str(landing))
+        states = audit_rows(cli, "select path, state from files")
+        assert {Path(p).name: s for p, s in states} == {p.name: "COMMITTED" for p in landed}
+        assert applied(cli, landed) == oracle(landed)  # one marker per File, nothing twice
+    finally:
+        emulator.stop()

@@ -106,8 +106,10 @@ def start(
     state: Path = STATE,
     log: Path | None = None,
     timeout: float = 60.0,
+    data_dir: Path | None = None,
 ) -> Emulator:
-    """Start the emulator on 127.0.0.1:``port`` (a free one if None); return once it answers."""
+    """Start the emulator on 127.0.0.1:``port`` (a free one if None); return once it answers.
+    With ``data_dir`` its state is kept there (DuckDB file): a restart on it finds it again."""
     binary = venv / "bin" / "bqemulator"
     if not binary.exists():
         raise RuntimeError(
@@ -134,6 +136,7 @@ def start(
                 PROJECT,
                 "--log-level",
                 "warning",
+                *(["--persistent", "--data-dir", str(data_dir)] if data_dir else []),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

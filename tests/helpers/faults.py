@@ -9,6 +9,8 @@ killer or a lost machine would.
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
   reconcile              after the first File is marked COMMITTED
+  bq-load                BigQuery: as the first load job is submitted
+  bq-apply               BigQuery: as the apply script (the one writing markers) is submitted
 
 and `walk_the_stops(build, models)`: dbt builds, each stopped before a statement that writes of
 each named apply model that no build stopped before yet, until one runs to the end: every
@@ -105,6 +107,21 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
 
         patch(SparkSession, "sql", sql)
         patch(PostgresConnectionManager, "add_query", pg_add_query)
+    elif phase == "bq-load":
+        from google.cloud.bigquery import Client
+
+        patch(Client, "load_table_from_file", _on_call(1, Client.load_table_from_file, action))
+    elif phase == "bq-apply":
+        from dbt.adapters.bigquery.connections import BigQueryConnectionManager
+
+        raw_execute = BigQueryConnectionManager.raw_execute
+
+        def bq_raw_execute(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if is_marker_insert(sql):
+                action()
+            return raw_execute(self, sql, *args, **kwargs)
+
+        patch(BigQueryConnectionManager, "raw_execute", bq_raw_execute)
     elif phase == "reconcile":
         from audit import AuditDB
 

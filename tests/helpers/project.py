@@ -347,8 +347,8 @@ def audit_rows(cli: Cli, sql: str) -> list[tuple]:
     """Rows of the project's Audit DB (read directly: quicker than a process per check)."""
     import sqlite3
 
-    if cli.target == "local":
-        with sqlite3.connect(cli.root / ".cdc" / "local" / "audit.db") as conn:
+    if cli.target != "postgres":  # SQLite, one file per target
+        with sqlite3.connect(cli.root / ".cdc" / cli.target / "audit.db") as conn:
             return list(conn.execute(sql))
     import psycopg2
 
