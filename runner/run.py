@@ -25,6 +25,7 @@ from typing import Any
 from audit import FileRecord
 from runner.dbt_invoke import dbt_command
 from runner.entities import Entity
+from runner.errors import disk_full
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
 from runner.phases import Phases
@@ -99,11 +100,19 @@ def dbt_build(
         return False, f"{type(res.exception).__name__}: {res.exception}"
     results: Any = res.result
     failed = [
-        f"{r.node.name}: {r.status}" + (RACE_LOST_HINT if lost_a_race(r.message) else "")
+        f"{r.node.name}: {r.status}" + _hint(r.message)
         for r in getattr(results, "results", None) or []
         if str(getattr(r, "status", "")) in ("error", "fail")
     ]
     return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
+
+
+def _hint(message: str | None) -> str:
+    """What a failed node's message means for the user, when the runner can tell."""
+    if lost_a_race(message):
+        return RACE_LOST_HINT
+    full = disk_full(RuntimeError(message or ""))
+    return f" ({full})" if full else ""
 
 
 # What a destination says when another writer committed to the same table first: Iceberg's

@@ -3,7 +3,9 @@ warehouse folder is a small tmpfs mounted by the test (root is needed for the mo
 the test says so and is skipped). A File too big for the space left fails its run with one line
 that says the disk is full and where; nothing of it is visible in the target, no attempt counts
 against it; once there is room (the tmpfs remounted larger) the same command finishes, and the
-table equals the plain-Python oracle's with one marker per File.
+table equals the plain-Python oracle's with one marker per File. Then the disk fills up between
+staging and the apply: the run says so, the target is as it was, and the run after space is
+freed applies the File once.
 """
 
 from __future__ import annotations
@@ -94,3 +96,26 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     assert {Path(p).name: (s, a) for p, s, a in attempts} == {
         p.name: ("COMMITTED", 1) for p in [*first, big]
     }  # the full disk was not the File's fault
+
+    # The disk fills up between staging and the apply: the apply fails, the target is as it was.
+    last = write(folder / "20260301-130000000.csv", [change("U", 955 + k, k, "z") for k in (1, 2)])
+    cli.runner("ingest", "--landing", str(folder.parent))
+    free = shutil.disk_usage(warehouse).free
+    with open(warehouse / "filler", "wb") as handle:
+        handle.truncate(0)
+        handle.write(b"\0" * max(free - 32 * 1024, 0))
+    failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, failed.stderr[-3000:]
+    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`;
+    # in this test's process the folder named is the test session's own warehouse.
+    assert "customers: error (no space left on device under " in errors[0], errors
+    assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    (warehouse / "filler").unlink()  # space freed
+    assert current_rows(read("customers")) == now.table()
+    assert dict(audit_rows(cli, "select path, state from files"))[str(last)] == "STAGED"
+    cli.runner("run", "--landing", str(folder.parent))
+    now.apply([last])
+    assert current_rows(read("customers")) == now.table()
+    markers = read(state_tables()["applied_files"]["identifier"])
+    assert sorted(m["file_name"] for m in markers) == sorted(p.name for p in [*first, big, last])
