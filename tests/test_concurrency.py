@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.oracles import applied, builds_at_once, only_lost_races
 from helpers.oracles import customers_oracle as oracle
-from helpers.project import CHANGES_HISTORY, audit_rows, read_table
+from helpers.project import CHANGES_HISTORY, audit_rows, query, read_table
 from helpers.scenario import (
     LATE,
     LATE_TRUNCATED,
@@ -26,14 +26,17 @@ from helpers.scenario import (
     TRUNCATE_FILE,
     CurrentOracle,
     HistoryOracle,
+    current,
     current_rows,
     declare,
     for_table,
     history_rows,
+    seq,
     write,
 )
+from helpers.scenario import oracle as scenario_oracle
 
-from runner.contract import state_tables
+from runner.contract import lineage_columns, state_tables
 from runner.project import Project
 from runner.samples.generate import generate_customers
 
@@ -106,3 +109,55 @@ def test_two_builds_at_once_apply_the_current_state_and_the_history_once(
     for table in ("customers", "customers_changes_history"):
         names = sorted(m["file_name"] for m in for_table(markers, table))
         assert names == sorted(p.name for p in good), table
+
+
+@pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_builds_at_once_repair_duplicate_keys_once(
+    spark,  # noqa: ANN001
+    cli_project,  # noqa: ANN001
+    target: str,
+) -> None:
+    """ADR-019's repair raced: the target holds keys more than once (rows copied by hand), and
+    two `dbt build`s of it start together with new Files staged: one row per key after them
+    (the copy of highest sequence survives), each File applied once, the loser lost a race (or
+    waited, PostgreSQL), the same build afterwards converges."""
+    cli = cli_project(target, without=(*CHANGES_HISTORY, *SAMPLE_SNAPSHOTS))
+    folder = cli.root / "landing" / "customers"
+    schema = cli.env["CDC_SCHEMA"]
+    project = Project.load(cli.root, target=target)
+    good = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    cli.runner("ingest", "--landing", str(folder.parent))
+    cli.dbt("build", "--select", "+customers")
+    rows = read_table(target, spark, project, schema, "customers")
+    q = "`" if target == "local" else '"'
+    table = f"{q}{schema}{q}.{q}customers{q}"
+
+    def copy_of(key: int, **changed: str) -> str:
+        cols = ", ".join(changed.get(c, f"{q}{c}{q}") for c in rows[0])
+        return f"insert into {table} select {cols} from {table} where customer_id = {key}"
+
+    seq_col = lineage_columns()["sequence"]
+    query(target, spark, project, copy_of(3, name="'dirty newer'", **{seq_col: f"'{seq(25)}'"}))
+    query(target, spark, project, copy_of(5))  # an exact copy, of a key the next Files update
+    good += [write(folder / n, rows) for n, rows in ROUND_2.items()]
+    cli.runner("ingest", "--landing", str(folder.parent))
+
+    outs, codes = builds_at_once(cli, "--select", "customers")
+    only_lost_races(outs, codes)
+    if target == "postgres":  # the advisory lock: the second waits, then finds the markers
+        assert codes == [0, 0], [o[0][-3000:] for o in outs]
+    cli.dbt("build", "--select", "customers")  # converges
+
+    after = read_table(target, spark, project, schema, "customers")
+    keys = [r["customer_id"] for r in after]
+    assert len(keys) == len(set(keys))  # one row per key
+    expected = scenario_oracle(good)
+    k3 = next(r for r in after if r["customer_id"] == 3)
+    assert k3["name"] == "dirty newer"  # the copy of highest sequence survived
+    expected[3] = current([k3])[3]
+    assert current(after) == expected
+    markers = read_table(
+        target, spark, project, schema, state_tables()["applied_files"]["identifier"]
+    )
+    names = sorted(m["file_name"] for m in for_table(markers, "customers"))
+    assert names == sorted(p.name for p in good)
