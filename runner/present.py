@@ -147,8 +147,9 @@ def print_runs(out: list[dict[str, Any]]) -> None:
         return
     for r in out:
         took = f"{r['seconds']:.1f}s" if r["seconds"] is not None else "-"
-        shown = sorted((s, n) for s, n in r["files"].items() if s in RUN_STATES)
-        files = ", ".join(f"{n} {s}" for s, n in shown) or "no Files"
+        # What the run did, as counts: "staged 17, committed 15" (not states: "17 STAGED").
+        shown = [(s, r["files"][s]) for s in RUN_STATES if r["files"].get(s)]
+        files = ", ".join(f"{s.lower()} {n}" for s, n in shown) or "no Files"
         click.echo(
             f"{r['started_at'][:19]}  {r['command']:<9} {r['target'] or '-':<10} "
             f"{r['outcome']:<8} {took:>8}  {files}  {r['process_id']}"
@@ -161,9 +162,14 @@ def echo_summary(entities: list[Any]) -> None:
         click.echo("nothing staged, applied or quarantined in this run")
         return
     if sys.stdout.isatty():
-        Console().print(render(entities, rich=True))
+        print_summary(entities, Console())
     else:
         click.echo(render(entities, rich=False))
+
+
+def print_summary(entities: list[Any], console: Console) -> None:
+    """The summary on a terminal: a table when it fits the console's width, else blocks."""
+    console.print(render(entities, rich=True, width=console.width), soft_wrap=False)
 
 
 def report_ingest(process_id: str, result: Any) -> int:

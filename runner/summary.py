@@ -100,9 +100,15 @@ def table_rows(summaries: list[EntitySummary]) -> list[tuple[str, ...]]:
     return rows
 
 
-def render(summaries: list[EntitySummary], *, rich: bool) -> str | Any:
-    """A rich Table (terminal) or aligned plain text (pipes, logs)."""
+def render(summaries: list[EntitySummary], *, rich: bool, width: int | None = None) -> str | Any:
+    """A rich Table (terminal) or aligned plain text (pipes, logs). On a terminal narrower than
+    the table (``width``: its columns), one block per entity instead, so that no entity or
+    table name is cut."""
     rows = table_rows(summaries)
+    if rich and width is not None:
+        natural = sum(max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADER))
+        if natural + 3 * len(HEADER) + 1 > width:  # rich's borders and padding per column
+            return blocks(summaries)
     if rich:
         table = Table(title="this run, per entity", title_justify="left")
         for i, name in enumerate(HEADER):
@@ -119,3 +125,21 @@ def render(summaries: list[EntitySummary], *, rich: bool) -> str | Any:
         ).rstrip()
 
     return "\n".join([line(HEADER), *(line(r) for r in rows)])
+
+
+def blocks(summaries: list[EntitySummary]) -> str:
+    """The summary for a narrow terminal: per entity its Files, then a line per target."""
+    out = ["this run, per entity"]
+    for s in summaries:
+        out.append(s.entity)
+        out.append(
+            f"  Files: staged {s.staged}, quarantined {s.quarantined}, failed {s.failed}, "
+            f"applied {s.applied}"
+        )
+        for t in s.targets:
+            out.append(f"  {t.target_table}")
+            out.append(
+                f"    inserted {t.rows_inserted}, updated {t.rows_updated}, "
+                f"deleted {t.rows_deleted}, stale {t.rows_skipped}"
+            )
+    return "\n".join(out)

@@ -129,6 +129,10 @@ def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_projec
     assert mine[0]["files"]["COMMITTED"] == 1 and mine[0]["files"]["STAGED"] == 1
     assert mine[1]["files"]["COMMITTED"] == first["ingest"]["staged"]
     assert all(r["seconds"] > 0 for r in mine)
+    # Plain text says what each run did as counts, in the order Files go through.
+    plain = cli.runner("runs", "--target", "postgres").stdout.splitlines()
+    line = next(x for x in plain if second["process_id"] in x)
+    assert "staged 1, committed 1" in line, line
 
 
 def test_run_prints_the_summary_table_as_plain_text(cli_project, request) -> None:  # noqa: ANN001
