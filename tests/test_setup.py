@@ -35,3 +35,23 @@ def test_two_setups_at_once_take_turns_on_the_driver_install(tmp_path: Path) -> 
     for run, out in zip(runs, outs, strict=True):
         assert run.returncode == 0, out
         assert "lock" not in out.lower(), out
+
+
+def test_each_checkout_gets_a_catalog_schema_of_its_own(tmp_path: Path) -> None:
+    """`runner init` (make setup) writes profiles.yml with a catalog schema default derived
+    from the checkout's folder: two clones on one PostgreSQL server never share tables."""
+    import yaml
+
+    from runner.cli.setup import DEFAULT_CATALOG, own_catalog
+
+    example = (REPO / "profiles.example.yml").read_text()
+    assert example.count(DEFAULT_CATALOG) == 2  # the local and the cluster target
+    schemas = []
+    for clone in ("a", "b c"):
+        text = own_catalog(example, tmp_path / clone)
+        assert DEFAULT_CATALOG not in text
+        outputs = yaml.safe_load(text)["cdc"]["outputs"]
+        uri = outputs["local"]["server_side_parameters"]["spark.sql.catalog.spark_catalog.uri"]
+        schemas.append(uri.split("currentSchema=")[1])
+    assert schemas[0] != schemas[1] and all(s.count("cdc_catalog_") == 1 for s in schemas)
+    assert own_catalog(example, tmp_path / "a") == own_catalog(example, tmp_path / "a")

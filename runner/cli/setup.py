@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ def init(obj: Context) -> None:
     if not profiles.exists():
         if not example.exists():
             raise UsageError(f"{example} is missing; is {root} the repository root?")
-        profiles.write_text(example.read_text())
+        profiles.write_text(own_catalog(example.read_text(), root))
         click.echo(f"wrote {profiles} from {example.name}")
     else:
         click.echo(f"kept existing {profiles}")
@@ -187,3 +188,13 @@ def init(obj: Context) -> None:
     click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
     click.echo(f"PostgreSQL JDBC driver (Spark catalog): {link_jdbc_driver(root)}")
     click.echo(f"Java: {check_java()}")
+
+
+DEFAULT_CATALOG = "env_var('CDC_CATALOG_SCHEMA', 'cdc_catalog')"
+
+
+def own_catalog(profiles: str, root: Path) -> str:
+    """``profiles`` (the example's text) with a catalog schema of this checkout's own as the
+    default: two clones on one PostgreSQL server never see each other's tables."""
+    name = "cdc_catalog_" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:10]
+    return profiles.replace(DEFAULT_CATALOG, f"env_var('CDC_CATALOG_SCHEMA', '{name}')")
