@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup jdbc-driver demo test test-fast lint format bench bench-quick bq-up bq-down clean help
+.PHONY: setup jdbc-driver demo test test-fast lint format bench bench-quick bq-up bq-down clean help docs
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -13,7 +13,8 @@ help:
 	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
-	@echo "make bench  - benchmarks as side-by-side ratios, README table rewritten (about 2.5 h; not part of make test)"
+	@echo "make bench  - benchmarks as side-by-side ratios, docs/performance.md table rewritten (about 2.5 h; not part of make test)"
+	@echo "make docs   - the documentation site (README and docs/) built into site/"
 	@echo "make bench-quick - the same harness on small data (a few minutes; bench/results/quick.json)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"
 
@@ -87,10 +88,14 @@ lint: setup
 	$(BIN)/ruff check runner audit tests bench tools
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml): README.md is its home page, docs/ the rest.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 format:
 	$(BIN)/ruff format runner audit tests
 	$(BIN)/ruff check --fix runner audit tests
 
 clean:
 	-$(BIN)/runner drop-catalog --yes
-	rm -rf .cdc jars dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes bench/work_latency
+	rm -rf .cdc jars site dbt_project/target dbt_project/logs dbt_project/dbt_packages logs bench/work bench/work_memory bench/work_processes bench/work_latency

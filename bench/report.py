@@ -1,6 +1,6 @@
 """The results table of `make bench`, from bench/results/latest.json, each target marked met or
-missed with the measured ratio. bench/run.py writes it into the README between the two marker
-comments; on its own it prints the table for a results file:
+missed with the measured ratio. bench/run.py writes it into docs/performance.md between the two
+marker comments; on its own it prints the table for a results file:
 
     python bench/report.py [bench/results/latest.json]
 """

@@ -408,8 +408,8 @@ def main() -> None:
     parser.add_argument(
         "--readme",
         type=Path,
-        default=REPO / "README.md",
-        help="README whose results table is rewritten (not with --quick).",
+        default=REPO / "docs" / "performance.md",
+        help="The page whose results table is rewritten (not with --quick).",
     )
     args = parser.parse_args()
     import processes

@@ -8,9 +8,9 @@ after every build, with one marker per File and lineage on every row; an apply s
 fails between its MERGE and the markers leaves the table unchanged, and the next build gives
 the oracles' tables. The history snapshot runs there too.
 
-What the emulator cannot prove (job-id dedup, isolation between sessions) is in the README;
-the staging's own idempotency (delete the File's rows, load, count) is checked here by staging
-a File a second time."""
+What the emulator cannot prove (job-id dedup, isolation between sessions) is in
+docs/destinations.md; the staging's own idempotency (delete the File's rows, load, count) is
+checked here by staging a File a second time."""
 
 from __future__ import annotations
 

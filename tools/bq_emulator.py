@@ -8,7 +8,7 @@ It lives in its own virtual environment because it pins sqlglot and duckdb versi
 project's own environment does not use. Its DuckDB extensions are installed from wheels into a
 private HOME (it would download them at start, and there is no network for that). State is in
 memory: stopping it forgets every dataset. What it does not reproduce of BigQuery is listed in
-the README ("Verified where").
+docs/destinations.md ("Verified where").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 {#- dbt-bigquery (1.12): one multi-statement script, BEGIN TRANSACTION ... COMMIT TRANSACTION,
     so target changes and markers commit together. Run live on the local BigQuery emulator in
-    the tests (README, "Verified where"), and parsed in the BigQuery dialect. -#}
+    the tests (docs/destinations.md, "Verified where"), and parsed in the BigQuery dialect. -#}
 
 {% macro bigquery__get_merge_sql(target, source, unique_key, dest_columns, incremental_predicates=none) %}
   {%- if cdc.is_apply_model() -%}

@@ -178,7 +178,7 @@ def init(obj: Context) -> None:
                 click.echo(
                     f"note: {profiles.name}'s local target keeps the Derby metastore (one process "
                     f"at a time); copy the local target of {example.name} over it and run "
-                    "`runner migrate-catalog` (README: The embedded default)"
+                    "`runner migrate-catalog` (docs/destinations.md: The embedded default)"
                 )
             if missing:
                 click.echo(

@@ -217,7 +217,7 @@ class SparkTableWriter(StagingWriter):
     def _last_commit(self, spark: SparkSession, table: str) -> tuple[int, str] | None:
         """(commit id, rows it added) of the table's newest commit."""
         if self.table_format == "delta":
-            # Not run here: no Delta jars offline (README, "Verified where").
+            # Not run here: no Delta jars offline (docs/destinations.md, "Verified where").
             row = spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").first()
             if row is None:
                 return None

@@ -1,0 +1,47 @@
+"""The documentation: the site builds with no broken link (mkdocs --strict), and the commands
+it names exist (a `runner` subcommand, a `make` target): docs cannot drift from the code."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers.project import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "macros" / "README.md"]
+
+
+def test_the_site_builds_with_no_broken_link(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    home = (tmp_path / "site" / "index.html").read_text()
+    assert "Your own entity in four files" in home  # the home page is the README
+
+
+def test_the_commands_the_docs_name_exist() -> None:
+    from runner.cli import main
+
+    commands = set(main.commands)
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    wrong = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for code in re.findall(r"`([^`\n]+)`|```\w*\n(.*?)```", text, re.S):
+            snippet = code[0] or code[1]
+            for name in re.findall(r"(?:^|[\s(`|])runner ([a-z][a-z-]+)", snippet):
+                if name not in commands:
+                    wrong.append(f"{page.relative_to(REPO)}: runner {name}")
+            for name in re.findall(r"(?:^|[\s(`|&])make ([a-z][a-z-]+)", snippet):
+                if name not in targets:
+                    wrong.append(f"{page.relative_to(REPO)}: make {name}")
+    assert not wrong, wrong
