@@ -45,3 +45,13 @@ def test_the_commands_the_docs_name_exist() -> None:
                 if name not in targets:
                     wrong.append(f"{page.relative_to(REPO)}: make {name}")
     assert not wrong, wrong
+
+
+def test_the_cli_reference_is_what_click_says() -> None:
+    sys.path.insert(0, str(REPO / "tools"))
+    import cli_reference
+
+    page = cli_reference.PAGE.read_text(encoding="utf-8")
+    assert cli_reference.written(page) == page, (
+        "docs/cli.md is stale: run .venv/bin/python tools/cli_reference.py"
+    )
