@@ -23,6 +23,15 @@ from runner.project import IDENTIFIER, Project
 
 FORMATS = ("csv", "json", "parquet", "debezium")
 MODES = ("cdc", "snapshot", "transactions")
+# The keys a declaration's meta.cdc accepts, by where they may appear (docs/declarations.md and
+# the pages it links document each one; tests/test_docs.py checks that none is missing).
+COMMON_KEYS = frozenset({"mode", "landing", "format", "keys", "csv"})
+CHANGE_KEYS = frozenset({"sequence", "operation"})  # mode cdc
+DEBEZIUM_KEYS = frozenset({"debezium", "transactions"})  # format debezium
+CSV_KEYS = frozenset({"header", "delimiter"})
+OPERATION_KEYS = frozenset({"column", "preset", "values", "missing_means", "files"})
+SEQUENCE_KEYS = frozenset({"column", "ties", "file_order"})
+DEBEZIUM_CONF_KEYS = frozenset({"fields", "envelope", "encodings"})
 SNAPSHOT_KINDS = ("full", "delta")
 # Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
 TYPE_PATTERN = re.compile(
@@ -381,10 +390,10 @@ def _parse(
         return _parse_transactions(path, source, table, cdc, project)
     if mode not in MODES:
         errors.append(f"mode {mode!r} is not supported; accepted: {list(MODES)}")
-    known = {"mode", "landing", "format", "keys", "csv"}
-    known |= SNAPSHOT_KEYS if mode == "snapshot" else {"sequence", "operation"} | PARTIAL_KEYS
+    known = set(COMMON_KEYS)
+    known |= SNAPSHOT_KEYS if mode == "snapshot" else CHANGE_KEYS | PARTIAL_KEYS
     if str(cdc.get("format", "")).lower() == "debezium":
-        known |= {"debezium", "transactions"}
+        known |= DEBEZIUM_KEYS
     for key in sorted(set(cdc) - known):
         errors.append(f"unknown key meta.cdc.{key} for mode {mode}; accepted: {sorted(known)}")
     landing = _parse_landing(cdc, errors)
@@ -457,8 +466,8 @@ def _parse(
     if not isinstance(csv_opts, dict):
         errors.append("meta.cdc.csv must be a mapping (header, delimiter)")
         csv_opts = {}
-    for key in sorted(set(csv_opts) - {"header", "delimiter"}):
-        errors.append(f"unknown key meta.cdc.csv.{key}; accepted: ['delimiter', 'header']")
+    for key in sorted(set(csv_opts) - CSV_KEYS):
+        errors.append(f"unknown key meta.cdc.csv.{key}; accepted: {sorted(CSV_KEYS)}")
     if not isinstance(csv_opts.get("header", True), bool):
         errors.append(
             f"csv.header must be true or false, got {csv_opts['header']!r} (false: the File has "
@@ -531,7 +540,7 @@ def _parse_changes(
     if not isinstance(op, dict):
         errors.append("meta.cdc.operation must be a mapping (column, preset or values, ...)")
         op = {}
-    unknown = sorted(set(op) - {"column", "preset", "values", "missing_means", "files"})
+    unknown = sorted(set(op) - OPERATION_KEYS)
     if unknown:
         errors.append(
             f"unknown key(s) meta.cdc.operation.{', '.join(unknown)}; accepted: column, "
@@ -597,7 +606,7 @@ def _parse_sequence(
     if isinstance(raw, str) and raw:
         column, ties, order = raw, None, None
     elif isinstance(raw, dict) and raw:
-        unknown = sorted(set(raw) - {"column", "ties", "file_order"})
+        unknown = sorted(set(raw) - SEQUENCE_KEYS)
         if unknown:
             errors.append(f"unknown key(s) meta.cdc.sequence.{', '.join(unknown)}; {shapes}")
         column, ties, order = raw.get("column"), raw.get("ties"), raw.get("file_order")
@@ -632,9 +641,9 @@ def _parse_debezium(
     if not isinstance(conf, dict):
         errors.append("meta.cdc.debezium must be a mapping (fields, envelope)")
         return {}
-    for key in sorted(set(conf) - {"fields", "envelope", "encodings"}):
+    for key in sorted(set(conf) - DEBEZIUM_CONF_KEYS):
         errors.append(
-            f"unknown key meta.cdc.debezium.{key}; accepted: ['encodings', 'envelope', 'fields']"
+            f"unknown key meta.cdc.debezium.{key}; accepted: {sorted(DEBEZIUM_CONF_KEYS)}"
         )
     envelope = str(conf.get("envelope", "auto"))
     if envelope not in ENVELOPES:

@@ -55,3 +55,27 @@ def test_the_cli_reference_is_what_click_says() -> None:
     assert cli_reference.written(page) == page, (
         "docs/cli.md is stale: run .venv/bin/python tools/cli_reference.py"
     )
+
+
+def test_every_declaration_key_the_validation_accepts_is_documented() -> None:
+    """Each key of meta.cdc that runner/entities.py accepts is named in the docs (as `key` or
+    `key:` in code), so the reference cannot fall behind the code."""
+    from runner import entities as e
+
+    keys = {
+        "meta.cdc": e.COMMON_KEYS | e.CHANGE_KEYS | e.DEBEZIUM_KEYS | e.PARTIAL_KEYS
+        | e.SNAPSHOT_KEYS | e.TRANSACTION_KEYS,
+        "meta.cdc.csv": e.CSV_KEYS,
+        "meta.cdc.operation": e.OPERATION_KEYS,
+        "meta.cdc.sequence": e.SEQUENCE_KEYS,
+        "meta.cdc.debezium": e.DEBEZIUM_CONF_KEYS,
+    }  # fmt: skip
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
+    code = " ".join(a or b for a, b in re.findall(r"`([^`\n]+)`|```\w*\n(.*?)```", docs, re.S))
+    missing = [
+        f"{where}.{key}"
+        for where, names in keys.items()
+        for key in sorted(names)
+        if not re.search(rf"(?<![\w.-]){re.escape(key)}(?=[:\s`,}}.=]|$)", code)
+    ]
+    assert not missing, f"declaration keys the docs never name: {missing}"
