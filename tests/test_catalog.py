@@ -22,7 +22,15 @@ from pathlib import Path
 import pytest
 from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
-from helpers.project import CHANGES_HISTORY, REPO
+from helpers.project import (
+    CHANGES_HISTORY,
+    REPO,
+    Cli,
+    drop_pg_schemas,
+    link_package,
+    make_project,
+    new_schema,
+)
 
 from runner.destinations.spark.destination import STATE_TABLE_PROPERTIES
 from runner.samples.generate import generate_customers
@@ -293,3 +301,35 @@ def test_a_deleted_warehouse_is_said_at_once_and_drop_catalog_starts_over(cli_pr
     assert shown_customers(cli.table("{{ ref('customers') }}")) == oracle(files)
     status = json.loads(cli.runner("status", "--json").stdout)
     assert sorted(f["state"] for f in status) == ["COMMITTED"] * len(files), status
+
+
+def test_two_checkouts_on_one_server_keep_their_tables_apart(tmp_path: Path) -> None:
+    """Two clones set up by `runner init` (what `make setup` runs), with nothing in the
+    environment naming a catalog schema and the same dbt schema: each gets a catalog schema of
+    its own, so neither run sees (or writes into) the other's tables."""
+    import re
+
+    clis, expected, catalogs = [], [], []
+    schema = new_schema("cli")
+    try:
+        for n, name in enumerate(("one", "two clone")):
+            root = make_project(tmp_path / name, CHANGES_HISTORY)
+            (root / "profiles.yml").unlink()  # written by `runner init`, as on a new clone
+            shutil.copy(REPO / "profiles.example.yml", root / "profiles.example.yml")
+            link_package(root)
+            cli = Cli(root, "local", schema)
+            cli.env.pop("CDC_CATALOG_SCHEMA")
+            cli("runner", "init")
+            text = (root / "profiles.yml").read_text()
+            catalogs.append(re.search(r"CDC_CATALOG_SCHEMA', '(\w+)'", text).group(1))
+            landing = root / "landing" / "customers"
+            files = generate_customers(landing, initial=20 + n * 5, files=1, seed=n + 1)
+            clis.append(cli)
+            expected.append(oracle(files))
+        assert catalogs[0] != catalogs[1], catalogs
+        for cli in clis:
+            cli("runner", "run", "--landing", "landing")
+        for cli, want in zip(clis, expected, strict=True):
+            assert shown_customers(cli.table("{{ ref('customers') }}")) == want
+    finally:
+        drop_pg_schemas(*catalogs)
