@@ -68,6 +68,7 @@ FIRST = (
     "test_watch.py::",
     "test_servers.py::test_postgresql",
     "test_full_disk.py::",
+    "test_new_entity.py::",
     "test_run_cost.py::",
     "test_catalog.py::test_two_runners",
     "test_cluster.py::",

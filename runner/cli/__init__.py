@@ -72,6 +72,7 @@ for command in (
     setup.drop_catalog,
     setup.migrate_catalog,
     setup.init,
+    setup.new_entity,
 ):
     main.add_command(command)
 

@@ -17,6 +17,7 @@ from runner.destinations.spark.catalog import drop_schema, jdbc_catalogs, migrat
 from runner.destinations.spark.session import check_java, link_iceberg_jar, link_jdbc_driver
 from runner.errors import UsageError
 from runner.samples import write_samples
+from runner.scaffold import propose, write
 
 
 @click.command()
@@ -146,6 +147,51 @@ def migrate_catalog(obj: Context, warehouse: str | None) -> None:
     for name in done:
         click.echo(f"registered {name}")
     click.echo(f"{len(done)} tables registered from {folder}")
+
+
+@click.command("new-entity")
+@global_options
+@click.argument("name")
+@click.option(
+    "--from",
+    "sample",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="One sample File: CSV with a header, JSON lines, Parquet, or Debezium JSON lines.",
+)
+@click.option("--keys", multiple=True, help="The column(s) identifying a row (repeatable).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["csv", "json", "parquet", "debezium"]),
+    help="The sample's format (default: from its name; Debezium from its events).",
+)  # fmt: skip
+@click.option("--sequence", help="The column ordering the changes (default: DMS's).")
+@click.option("--yes", is_flag=True, help="Write without asking.")
+@click.pass_obj
+def new_entity(
+    obj: Context,
+    name: str,
+    sample: Path,
+    keys: tuple[str, ...],
+    fmt: str | None,
+    sequence: str | None,
+    yes: bool,
+) -> None:
+    """Propose a new entity from one sample File and write its four files into the dbt
+    project (declaration, staging view, apply model and its config), never overwriting one."""
+    project = obj.project()
+    proposal = propose(name, sample, keys=list(keys), fmt=fmt, sequence=sequence)
+    click.echo(proposal.source_yaml().rstrip())
+    for note in proposal.notes:
+        click.echo(f"note: {note}")
+    if not yes and not click.confirm("write the declaration, staging view and apply model?"):
+        raise UsageError("nothing written")
+    for path in write(proposal, project.dbt_project_dir):
+        click.echo(f"wrote {path}")
+    roots = project.settings.landing_roots
+    click.echo(
+        f"next: land the Files in {roots[0] if roots else '<a landing root>'}/{name}/, then "
+        "`runner run`"
+    )
 
 
 @click.command()
