@@ -15,14 +15,11 @@ a non-ASCII letter (class 1 through the real CLI).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers.faults import run_at
 from helpers.oracles import applied, two_builds_at_once
 from helpers.oracles import customers_oracle as oracle
 from helpers.project import CHANGES_HISTORY, audit_rows
@@ -52,25 +49,8 @@ TARGET_PHASES = {
 
 def _killed(cli, phase: str, *args: str) -> None:  # noqa: ANN001
     """Run `runner ARGS` under kill_at.py; wait until it and every child (the JVM) are gone."""
-    proc = subprocess.Popen(
-        [sys.executable, str(KILL_AT), phase, "runner", "--target", cli.target, *args],
-        cwd=cli.root,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL, f"{phase}: not killed ({proc.returncode})\n{err}"
-    deadline = time.monotonic() + 60
-    while True:  # the JVM notices its parent is gone and exits (it may hold table files)
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, f"{phase}: children of the killed run live on"
-        time.sleep(0.2)
+    code, _, err = run_at(KILL_AT, phase, cli, "--target", cli.target, *args)
+    assert code == -signal.SIGKILL, f"{phase}: not killed ({code})\n{err}"
 
 
 @pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -10,14 +10,13 @@ marker, the table equal to the plain-Python oracle's, nothing applied twice.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers.faults import run_at
 from helpers.oracles import applied
 from helpers.oracles import customers_oracle as oracle
 from helpers.project import (
@@ -57,35 +56,14 @@ def server() -> object:
 def _with_server_down(cli: Cli, server: PrivatePostgres, phase: str, *args: str) -> str:
     """`runner ARGS` with the server stopped at ``phase``: the run ends by itself, with an error
     said in one line. Its stderr."""
-    proc = subprocess.Popen(
-        [sys.executable, str(DOWN_AT), phase, "runner", *args],
-        cwd=cli.root,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"{phase}: the run hung with the server down") from None
+    code, out, err = run_at(DOWN_AT, phase, cli, *args)
     assert not server.answers(), f"{phase}: the run never reached the moment ({err[-2000:]})"
-    assert proc.returncode in (1, 2), (phase, proc.returncode, out[-2000:], err[-3000:])
+    assert code in (1, 2), (phase, code, out[-2000:], err[-3000:])
     assert "Traceback" not in err, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, (phase, err[-3000:])
     assert "lost" in errors[0] and "PostgreSQL" in errors[0], errors[0]  # says what went away
     assert "run the same command again" in errors[0], errors[0]
-    deadline = time.monotonic() + 60
-    while True:  # the JVM of the local target ends with its parent
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        assert time.monotonic() < deadline, f"{phase}: children of the run live on"
-        time.sleep(0.2)
     return errors[0]
 
 

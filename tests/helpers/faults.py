@@ -23,8 +23,11 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -236,3 +239,33 @@ def stopped_before(stops: list[str], *fragments: str) -> None:
     """Each fragment is in a statement the walk stopped before."""
     for fragment in fragments:
         assert any(fragment in s for s in stops), (fragment, stops)
+
+
+def run_at(script: Path, phase: str, cli: Any, *args: str) -> tuple[int, str, str]:
+    """`python SCRIPT PHASE runner ARGS` (tests/kill_at.py, tests/down_at.py) in a process group
+    of its own, from the project root: its exit code, stdout and stderr once it and every child
+    (the JVM, which may hold table files) are gone. A run that does not end in 10 minutes is
+    killed and reported as hanging."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), phase, "runner", *args],
+        cwd=cli.root,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"{phase}: the run hung") from None
+    deadline = time.monotonic() + 60
+    while True:  # the JVM notices its parent is gone and exits
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, f"{phase}: children of the run live on"
+        time.sleep(0.2)
+    return proc.returncode, out, err
