@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import re
+from pathlib import Path
 
 import click
 
@@ -174,7 +175,10 @@ def _spark_warehouse() -> str | None:
         value = conf.get("spark.sql.catalog.spark_catalog.warehouse") or conf.get(
             "spark.sql.warehouse.dir"
         )
-        return str(value).removeprefix("file:") if value else None
+        if not value:
+            return None
+        text = str(value).removeprefix("file:")
+        return text if "://" in text else str(Path(text).resolve())
     except Exception:  # noqa: BLE001 - no Spark here, or it is gone
         return None
 

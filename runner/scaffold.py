@@ -71,6 +71,7 @@ class Proposal:
     def files(self, project_dir: Path) -> dict[Path, str]:
         models = project_dir / "models"
         fixed = {self.cdc.get("sequence"), (self.cdc.get("operation") or {}).get("column")}
+        fixed |= set((self.cdc.get("debezium") or {}).get("fields") or {})  # op, lsn: not data
         kept = [c for c, _ in self.columns if c not in fixed]
         select = ",\n    ".join([*(_q(c) for c in kept), "{{ cdc.lineage_select() }}"])
         config = {"models": [{"name": self.name, "config": {

@@ -16,13 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.project import CHANGES_HISTORY, audit_rows, read_table
-from helpers.scenario import ROUND_1, CurrentOracle, change, current_rows, declare, write
-
-from runner.contract import state_tables
-from runner.project import Project
+from helpers.project import CHANGES_HISTORY, audit_rows
+from helpers.scenario import ROUND_1, CurrentOracle, change, declare, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
+
+CUSTOMERS = "{{ ref('customers') }}"
 
 
 @pytest.fixture
@@ -51,25 +50,34 @@ def small_disk(tmp_path: Path):  # noqa: ANN201
 
 
 def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed_finishes(
-    spark,  # noqa: ANN001
     cli_project,  # noqa: ANN001
     small_disk,  # noqa: ANN001
 ) -> None:
-    cli = cli_project("local", without=CHANGES_HISTORY)
+    # Real processes: each run's JVM opens the catalog with this project's warehouse (in this
+    # process the session's catalog keeps the warehouse of whichever test first used it).
+    cli = cli_project("local", without=CHANGES_HISTORY, processes=True)
     declare(cli.root)
     warehouse = cli.root / ".cdc" / "local" / "warehouse"
     small_disk(warehouse, "3m")
     folder = cli.root / "landing" / "customers"
-    project = Project.load(cli.root, target="local")
     now = CurrentOracle()
 
-    def read(table: str) -> list[dict]:
-        return read_table("local", spark, project, cli.schema, table)
+    def read(relation: str) -> dict[int, tuple]:
+        """Key -> (name, email, tier): the current rows, through `dbt show`."""
+        rows = cli.table(relation)
+        return {int(r["customer_id"]): (r["name"], r["email"], r["tier"]) for r in rows}
+
+    def expected() -> dict[int, tuple]:
+        return {k: v[:3] for k, v in now.table().items()}
+
+    def markers() -> list[str]:
+        rows = cli.table("{{ source('cdc_state', 'applied_files') }}")
+        return sorted(r["file_name"] for r in rows)
 
     first = [write(folder / n, rows) for n, rows in ROUND_1.items()]
     cli.runner("run", "--landing", str(folder.parent))
     now.apply(first)
-    assert current_rows(read("customers")) == now.table()
+    assert read(CUSTOMERS) == expected()
 
     # About 14 MB of values that do not compress (random hex): more than the disk has left.
     big = write(
@@ -82,16 +90,15 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
     assert "no space left on device" in said.lower(), (failed.stdout[-2000:], failed.stderr[-3000:])
     assert f"under {warehouse}/" in said, said  # where: the staging table's folder in it
-    assert current_rows(read("customers")) == now.table()  # nothing of the big File visible
+    assert read(CUSTOMERS) == expected()  # nothing of the big File visible
     states = dict(audit_rows(cli, "select path, state from files"))
     assert states[str(big)] != "COMMITTED" and states[str(big)] != "QUARANTINED", states
 
     small_disk(warehouse, "200m")  # space freed
     cli.runner("run", "--landing", str(folder.parent))
     now.apply([big])
-    assert current_rows(read("customers")) == now.table()
-    markers = read(state_tables()["applied_files"]["identifier"])
-    assert sorted(m["file_name"] for m in markers) == sorted(p.name for p in [*first, big])
+    assert read(CUSTOMERS) == expected()
+    assert markers() == sorted(p.name for p in [*first, big])
     attempts = audit_rows(cli, "select path, state, attempts from files")
     assert {Path(p).name: (s, a) for p, s, a in attempts} == {
         p.name: ("COMMITTED", 1) for p in [*first, big]
@@ -107,15 +114,13 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, failed.stderr[-3000:]
-    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`;
-    # in this test's process the folder named is the test session's own warehouse.
-    assert "customers: error (no space left on device under " in errors[0], errors
+    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`
+    assert f"customers: error (no space left on device under {warehouse}" in errors[0], errors
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
     (warehouse / "filler").unlink()  # space freed
-    assert current_rows(read("customers")) == now.table()
+    assert read(CUSTOMERS) == expected()
     assert dict(audit_rows(cli, "select path, state from files"))[str(last)] == "STAGED"
     cli.runner("run", "--landing", str(folder.parent))
     now.apply([last])
-    assert current_rows(read("customers")) == now.table()
-    markers = read(state_tables()["applied_files"]["identifier"])
-    assert sorted(m["file_name"] for m in markers) == sorted(p.name for p in [*first, big, last])
+    assert read(CUSTOMERS) == expected()
+    assert markers() == sorted(p.name for p in [*first, big, last])

@@ -16,13 +16,18 @@ START = "<!-- cli-reference:start (written by tools/cli_reference.py from the cl
 END = "<!-- cli-reference:end -->"
 
 
-def _helps(command: click.Command, path: list[str]) -> list[tuple[str, str]]:
-    ctx = click.Context(command, info_name=" ".join(path), terminal_width=100,
-                        max_content_width=100)  # fmt: skip
+def _helps(
+    command: click.Command, path: list[str], parent: click.Context | None = None
+) -> list[tuple[str, str]]:
+    """Each command's help as the CLI prints it: in its parent's context, which passes down
+    the group's settings (`-h` as well as `--help`)."""
+    settings = dict(command.context_settings) if parent is None else {}
+    ctx = click.Context(command, info_name=path[-1], parent=parent, terminal_width=100,
+                        max_content_width=100, **settings)  # fmt: skip
     out = [(" ".join(path), command.get_help(ctx))]
     if isinstance(command, click.Group):
         for name in sorted(command.commands):
-            out += _helps(command.commands[name], [*path, name])
+            out += _helps(command.commands[name], [*path, name], ctx)
     return out
 
 
