@@ -132,6 +132,9 @@ RACE_LOST_SIGNS = (
     "table already exists: ",
     "view already exists: ",
     "table_or_view_already_exists",
+    # PostgreSQL: two builds replacing one view or table at once (dbt's create, rename, drop)
+    "tuple concurrently updated",
+    "pg_type_typname_nsp_index",
     "concurrentappendexception",
     "concurrentdeletereadexception",
     "concurrentdeletedeleteexception",
@@ -141,10 +144,18 @@ SCRATCH_GONE = re.compile(r"__cdc_\w+`? (cannot be found|from catalog \w+: dropp
 RACE_LOST_HINT = " (another build committed to the same table at the same time; run again)"
 
 
+# PostgreSQL refusing a create that dbt made only after finding the relation absent.
+PG_CREATED_MEANWHILE = re.compile(r'(relation|type) "[^"]+" already exists')
+
+
 def lost_a_race(message: str | None) -> bool:
     """Whether a failed node's message is a concurrent commit to the same table."""
     text = (message or "").lower()
-    return any(sign in text for sign in RACE_LOST_SIGNS) or bool(SCRATCH_GONE.search(text))
+    return (
+        any(sign in text for sign in RACE_LOST_SIGNS)
+        or bool(SCRATCH_GONE.search(text))
+        or bool(PG_CREATED_MEANWHILE.search(text))
+    )
 
 
 def run(

@@ -102,7 +102,13 @@ ICEBERG_CONFLICT = (
 
 # What else a build racing another one over the same models may lose on: the other build
 # dropped the apply's batch table of the same model under it (before or while it is read).
-RACE_LOST = (*ICEBERG_CONFLICT, "__cdc_batch` cannot be found", "dropped by another process")
+RACE_LOST = (
+    *ICEBERG_CONFLICT,
+    "__cdc_batch` cannot be found",
+    "dropped by another process",
+    "tuple concurrently updated",  # PostgreSQL: two builds replacing one view at once
+    "pg_type_typname_nsp_index",
+)
 
 
 def two_builds_at_once(cli: Any) -> None:
@@ -192,7 +198,8 @@ def error_lines(text: str) -> str:
     said = [
         line
         for line in text.splitlines()
-        if re.search(r"error|exception|failed", line, re.I) and not line.strip().startswith("at ")
+        if re.search(r"error|exception|failed|exists|concurrent|duplicate", line, re.I)
+        and not line.strip().startswith("at ")
     ]
     return "\n".join(said[:40]) or text[-3000:]
 
