@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from runner.errors import ConfigError
@@ -121,7 +121,7 @@ def _unreachable(catalog: JdbcCatalog, exc: Exception) -> ConfigError:
 
 def ensure_schema(conf: dict[str, str]) -> None:
     """Create the schema of every JDBC catalog ``conf`` declares, and Iceberg's tables in it,
-    if missing."""
+    if missing; refuse a catalog whose tables' files are gone (one connection for both)."""
     for catalog in jdbc_catalogs(conf):
         try:
             conn = catalog.connect()
@@ -136,42 +136,36 @@ def ensure_schema(conf: dict[str, str]) -> None:
                 cur.execute(f'set local search_path to "{catalog.schema}"')
                 for ddl in CATALOG_TABLES:
                     cur.execute(ddl)
+                _check_not_stale(cur, catalog, conf)
         finally:
             conn.close()
-    check_not_stale(conf)
 
 
-def check_not_stale(conf: dict[str, str]) -> None:
+def _check_not_stale(cur: Any, catalog: JdbcCatalog, conf: dict[str, str]) -> None:
     """Refuse to start on a catalog that lists tables or views of this warehouse folder whose
     metadata files are gone (the folder was deleted, or moved): Spark would fail on the first
-    of them minutes later. Said in one line with the fix, before any JVM starts."""
-    for catalog in jdbc_catalogs(conf):
-        warehouse = conf.get(f"spark.sql.catalog.{catalog.name}.warehouse", "")
-        folder = Path(warehouse.removeprefix("file:")).resolve() if warehouse else None
-        if folder is None or "://" in warehouse:
-            continue  # an object store: not ours to look at
-        conn = catalog.connect()
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute(
-                    f'select table_namespace, table_name, metadata_location from "{catalog.schema}"'
-                    ".iceberg_tables where catalog_name = %s",
-                    (catalog.name,),
-                )
-                rows = cur.fetchall()
-        finally:
-            conn.close()
-        gone = []
-        for namespace, table, location in rows:
-            path = Path(str(location or "").removeprefix("file:"))
-            if path.is_relative_to(folder) and not path.exists():
-                gone.append(f"{namespace}.{table}")
-        if gone:
-            raise ConfigError(
-                f"the Spark catalog on {catalog.where()} lists {len(gone)} tables and views "
-                f"whose files are gone from {folder} (first: {sorted(gone)[0]}): "
-                "`runner drop-catalog --yes` forgets them to start over, or restore the folder"
-            )
+    of them minutes later. Said in one line with the fix, before any JVM starts. ``cur``: a
+    cursor on the catalog's schema (ensure_schema's)."""
+    warehouse = conf.get(f"spark.sql.catalog.{catalog.name}.warehouse", "")
+    if not warehouse or "://" in warehouse:
+        return  # an object store: not ours to look at
+    folder = Path(warehouse.removeprefix("file:")).resolve()
+    cur.execute(
+        "select table_namespace, table_name, metadata_location from iceberg_tables "
+        "where catalog_name = %s",
+        (catalog.name,),
+    )
+    gone = []
+    for namespace, table, location in cur.fetchall():
+        path = Path(str(location or "").removeprefix("file:"))
+        if path.is_relative_to(folder) and not path.exists():
+            gone.append(f"{namespace}.{table}")
+    if gone:
+        raise ConfigError(
+            f"the Spark catalog on {catalog.where()} lists {len(gone)} tables and views "
+            f"whose files are gone from {folder} (first: {sorted(gone)[0]}): "
+            "`runner drop-catalog --yes` forgets them to start over, or restore the folder"
+        )
 
 
 def drop_schema(conf: dict[str, str]) -> list[str]:
