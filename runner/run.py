@@ -131,6 +131,7 @@ RACE_LOST_SIGNS = (
     "has been concurrently modified",
     "table already exists: ",
     "view already exists: ",
+    "updated concurrently",  # Iceberg's JDBC catalog: two builds replacing one view at once
     "table_or_view_already_exists",
     # PostgreSQL: two builds replacing one view or table at once (dbt's create, rename, drop)
     "tuple concurrently updated",

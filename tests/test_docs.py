@@ -79,3 +79,46 @@ def test_every_declaration_key_the_validation_accepts_is_documented() -> None:
         if not re.search(rf"(?<![\w.-]){re.escape(key)}(?=[:\s`,}}.=]|$)", code)
     ]
     assert not missing, f"declaration keys the docs never name: {missing}"
+
+
+# Functions the docs name that belong to Spark, dbt or SQL, not to this project.
+NOT_OURS = {"getOrCreate", "enableHiveSupport", "input_file_name", "snapshot_get_time", "count"}
+CODE_ROOTS = ("runner", "audit", "macros", "dbt_project", "tools", "bench", "tests")
+
+
+def _code_text() -> str:
+    parts = [(REPO / n).read_text(encoding="utf-8") for n in ("Makefile", "profiles.example.yml")]
+    for root in CODE_ROOTS:
+        for path in (REPO / root).rglob("*"):
+            if path.suffix in {".py", ".sql", ".yml", ".yaml"} and ".venv" not in path.parts:
+                parts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+def test_the_names_the_docs_use_exist() -> None:
+    """Environment variables, macros, functions and files named in the docs are in the code:
+    a rename in the code fails here until the docs follow."""
+    code = _code_text()
+    defined = set(re.findall(r"(?:\bdef|\bmacro)\s+(\w+)\s*\(", code))
+    wrong = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        where = page.relative_to(REPO)
+        for var in set(re.findall(r"\b(CDC_[A-Z][A-Z_]*[A-Z])\b", text)):
+            if var not in code:
+                wrong.append(f"{where}: environment variable {var}")
+        for snippet in re.findall(r"`([^`\n]+)`", text):
+            for name in re.findall(r"\bcdc\.(\w+)\(", snippet):
+                if name not in defined:
+                    wrong.append(f"{where}: macro cdc.{name}")
+            for name in re.findall(r"^(\w+)\(\)$", snippet):
+                if name not in defined and name not in NOT_OURS:
+                    wrong.append(f"{where}: function {name}()")
+            # the code's own files (the docs also name files a user writes and outputs)
+            if re.fullmatch(r"(?:runner|audit|macros|tools|tests)/[\w./-]*", snippet):
+                if not (REPO / snippet).exists():
+                    wrong.append(f"{where}: path {snippet}")
+            for name in re.findall(r"\bvar\('(\w+)'", snippet):
+                if f"var('{name}'" not in code:
+                    wrong.append(f"{where}: dbt var {name}")
+    assert not wrong, wrong

@@ -61,6 +61,8 @@ def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
         "process",
         "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`customers__cdc_batch` cannot be found.",
         "org.apache.iceberg.exceptions.AlreadyExistsException: Table already exists: s.c__cdc_b",
+        "org.apache.iceberg.exceptions.AlreadyExistsException: View was updated concurrently: "
+        "tx_test.stg_orders",
         # PostgreSQL, two builds replacing one view at once (dbt's create, rename, drop)
         'Database Error in model stg_x\n  relation "stg_x__dbt_backup" already exists',
         "Database Error in model stg_x\n  tuple concurrently updated",

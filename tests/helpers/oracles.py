@@ -97,6 +97,7 @@ ICEBERG_CONFLICT = (
     "table uuid does not match",
     "already exists",
     "concurrently modified",  # the copy-on-write MERGE saw the other build's commit first
+    "updated concurrently",  # the catalog saw the other build replace the same view first
 )
 
 
