@@ -1,11 +1,14 @@
 """docs/tutorial.md followed as written: each `sh` block's commands run in order, as processes,
 from a project root with the shipped tutorial Files (`make setup` is the one command skipped:
-the test's project is a set-up copy). The orders table equals a plain-Python oracle of the Files
-applied at each step, on the embedded default and on PostgreSQL."""
+the test's project is a set-up copy). One entity per format `runner new-entity` reads (DMS CSV,
+JSON lines, DMS Parquet, Debezium's connector output), each table equal to a plain-Python oracle
+of its shipped Files (json and pyarrow, not the runner), on the embedded default and on
+PostgreSQL."""
 
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import subprocess
@@ -17,7 +20,8 @@ from helpers.project import CHANGES_HISTORY, REPO, drop_pg_schemas, pg_connect
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
 
 PAGE = REPO / "docs" / "tutorial.md"
-FILES = REPO / "docs" / "tutorial" / "orders"
+SHIPPED = REPO / "docs" / "tutorial"
+FILES = SHIPPED / "orders"
 
 
 def oracle(names: list[str]) -> dict[int, tuple[str, Decimal]]:
@@ -35,12 +39,61 @@ def oracle(names: list[str]) -> dict[int, tuple[str, Decimal]]:
     return now
 
 
+def value(v: object) -> object:
+    """A value as compared: numbers as Decimal (dbt show gives 38.0 for decimal 38.00)."""
+    try:
+        return Decimal(str(v))
+    except ArithmeticError:
+        return str(v)
+
+
+def dms_oracle(rows: list[dict], key: str, column: str) -> dict[int, object]:
+    """key -> value after DMS-style changes applied in sequence order."""
+    now: dict[int, object] = {}
+    for r in sorted(rows, key=lambda r: r["AR_H_CHANGE_SEQ"]):
+        if r["Op"] == "D":
+            now.pop(int(r[key]), None)
+        else:
+            now[int(r[key])] = value(r[column])
+    return now
+
+
+def other_formats() -> dict[str, tuple[str, str, dict[int, object]]]:
+    """entity -> (key, column, expected key -> column) from the shipped Files, read by plain
+    Python (json, pyarrow), not by the runner."""
+    import pyarrow.parquet as pq
+
+    payments = [json.loads(line) for f in sorted((SHIPPED / "payments").glob("*.json"))
+                for line in f.read_text().splitlines() if line.strip()]  # fmt: skip
+    refunds = [r for f in sorted((SHIPPED / "refunds").glob("*.parquet"))
+               for r in pq.read_table(f).to_pylist()]  # fmt: skip
+    events = []
+    for f in sorted((SHIPPED / "products").glob("*.json")):
+        for line in f.read_text().splitlines():
+            if line.strip() not in ("", "null"):  # a tombstone line carries no change
+                p = json.loads(line)["payload"]
+                events.append((int(p["source"]["lsn"]), p))
+    products: dict[int, object] = {}
+    for _, p in sorted(events, key=lambda e: e[0]):
+        if p["op"] == "d":
+            products.pop(int(p["before"]["id"]), None)
+        else:
+            products[int(p["after"]["id"])] = value(p["after"]["name"])
+    return {
+        "payments": ("payment_id", "amount", dms_oracle(payments, "payment_id", "amount")),
+        "refunds": ("refund_id", "amount", dms_oracle(refunds, "refund_id", "amount")),
+        "products": ("id", "name", products),
+    }
+
+
 def test_the_tutorial_runs_as_written(cli_project) -> None:  # noqa: ANN001
     cli = cli_project("local", without=CHANGES_HISTORY, processes=True)
     # The postgres target's Audit DB in a schema of this test's own (the only difference from
     # what a user's environment has: runner.yml's default is shared by every project).
     on_postgres = dict(cli.env, CDC_AUDIT_SCHEMA=cli.schema + "_audit")
-    shutil.copytree(FILES, cli.root / "docs" / "tutorial" / "orders")
+    shutil.copytree(SHIPPED, cli.root / "docs" / "tutorial")
+    formats = other_formats()
+    assert all(want for _, _, want in formats.values()), formats
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
     commands = [[ln for ln in b.splitlines() if ln.strip()] for b in blocks]
     assert commands[0] == ["make setup"], commands[0]
@@ -65,11 +118,19 @@ def test_the_tutorial_runs_as_written(cli_project) -> None:  # noqa: ANN001
         assert {int(r["order_id"]): (r["status"], Decimal(str(r["amount"]))) for r in local} == (
             everything
         )
+        for name, (key, column, want) in formats.items():
+            rows = cli.table(f"{{{{ ref('{name}') }}}}")
+            got = {int(r[key]): value(r[column]) for r in rows}
+            assert got == want, (name, got, want)
         conn = pg_connect()
         try:
             with conn.cursor() as cur:
                 cur.execute(f'select order_id, status, amount from "{cli.schema}".orders')
                 assert {int(i): (s, a) for i, s, a in cur.fetchall()} == everything
+                for name, (key, column, want) in formats.items():
+                    cur.execute(f'select "{key}", "{column}" from "{cli.schema}"."{name}"')
+                    got = {int(k): value(v) for k, v in cur.fetchall()}
+                    assert got == want, (name, got, want)
         finally:
             conn.close()
         again = subprocess.run(["bash", "-c", "runner run --landing landing"], cwd=cli.root,
