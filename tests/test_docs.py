@@ -115,9 +115,9 @@ def test_the_names_the_docs_use_exist() -> None:
                 if name not in defined and name not in NOT_OURS:
                     wrong.append(f"{where}: function {name}()")
             # the code's own files (the docs also name files a user writes and outputs)
-            if re.fullmatch(r"(?:runner|audit|macros|tools|tests)/[\w./-]*", snippet):
-                if not (REPO / snippet).exists():
-                    wrong.append(f"{where}: path {snippet}")
+            code_path = re.fullmatch(r"(?:runner|audit|macros|tools|tests)/[\w./-]*", snippet)
+            if code_path and not (REPO / snippet).exists():
+                wrong.append(f"{where}: path {snippet}")
             for name in re.findall(r"\bvar\('(\w+)'", snippet):
                 if f"var('{name}'" not in code:
                     wrong.append(f"{where}: dbt var {name}")
