@@ -125,6 +125,8 @@ class AuditFile(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime())
     staged_at: Mapped[datetime | None] = mapped_column(DateTime())
     committed_at: Mapped[datetime | None] = mapped_column(DateTime())
+    # When `runner maintain` deleted this COMMITTED File's rows from the staging table.
+    staged_removed_at: Mapped[datetime | None] = mapped_column(DateTime())
 
 
 class FileEvent(Base):

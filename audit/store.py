@@ -22,7 +22,9 @@ from sqlalchemy import (
     Table,
     case,
     create_engine,
+    delete,
     event,
+    func,
     insert,
     select,
     text,
@@ -143,6 +145,7 @@ class FileRecord:
     updated_at: datetime
     staged_at: datetime | None
     committed_at: datetime | None
+    staged_removed_at: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The shape `runner status --json` prints: stable keys, ISO times."""
@@ -168,6 +171,7 @@ class FileRecord:
             "updated_at",
             "staged_at",
             "committed_at",
+            "staged_removed_at",
         ):
             value = getattr(self, key)
             out[key] = value.isoformat() + "Z" if value is not None else None
@@ -336,6 +340,19 @@ class AuditDB:
                 .values(ended_at=utcnow(), outcome=outcome, detail=detail)
             )
 
+    def runs_since_maintain(self) -> int:
+        """`runner run`s started since the last maintenance that finished (this one included)."""
+        with self.engine.connect() as conn:
+            last = conn.execute(
+                select(func.max(runs_t.c.started_at)).where(
+                    runs_t.c.command == "maintain", runs_t.c.outcome == "ok"
+                )
+            ).scalar_one()
+            query = select(func.count()).where(runs_t.c.command == "run")
+            if last is not None:
+                query = query.where(runs_t.c.started_at > last)
+            return int(conn.execute(query).scalar_one())
+
     def runs(self) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(runs_t).order_by(runs_t.c.process_id)).mappings().all()
@@ -370,8 +387,6 @@ class AuditDB:
 
     def counts(self) -> dict[str, int]:
         """Files per state, for summaries."""
-        from sqlalchemy import func
-
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(files_t.c.state, func.count()).group_by(files_t.c.state)
@@ -676,8 +691,6 @@ class AuditDB:
     def marker_totals(self, process_id: str) -> list[dict[str, Any]]:
         """Per entity and target table, the marker counts reconcile kept in run ``process_id``
         (summed), with the number of Files: entity, target_table, files, rows_*."""
-        from sqlalchemy import func
-
         sums = [func.sum(markers_t.c[c]).label(c) for c in MARKER_COUNTS]
         query = (
             select(
@@ -699,7 +712,7 @@ class AuditDB:
     ) -> dict[str, dict[str, dict[str, int]]]:
         """process_id -> entity -> state -> Files that run moved into that state (from the
         File events; a File retried within one run counts once per state)."""
-        from sqlalchemy import distinct, func
+        from sqlalchemy import distinct
 
         query = (
             select(
@@ -733,8 +746,6 @@ class AuditDB:
 
     def held(self) -> set[int]:
         """The STAGED Files whose last event is that note."""
-        from sqlalchemy import func
-
         last = (
             select(events_t.c.file_id, func.max(events_t.c.id).label("last_id"))
             .group_by(events_t.c.file_id)
@@ -943,6 +954,56 @@ class AuditDB:
         for file_id in ids:
             chosen.setdefault(file_id, self.get(file_id))
         return [self.requeue(i, process_id, reason) for i in sorted(chosen)]
+
+    # --- retention (`runner maintain`) -----------------------------------------------------
+    def retention_candidates(self, entity: str, cutoff: datetime) -> list[FileRecord]:
+        """COMMITTED Files of ``entity`` committed before ``cutoff`` whose staged rows are still
+        in the staging table, less any whose content hash a File of the entity not yet
+        COMMITTED shares (its rows are the same rows: they stay until it is COMMITTED too)."""
+        settled = [FileState.COMMITTED.value, FileState.DUPLICATE.value]
+        settled.append(FileState.QUARANTINED.value)
+        with self.engine.connect() as conn:
+            busy = {
+                h
+                for (h,) in conn.execute(
+                    select(files_t.c.content_hash).where(
+                        files_t.c.entity == entity, files_t.c.state.not_in(settled)
+                    )
+                )
+            }
+            rows = conn.execute(
+                select(files_t)
+                .where(
+                    files_t.c.entity == entity,
+                    files_t.c.state == FileState.COMMITTED.value,
+                    files_t.c.committed_at < cutoff,
+                    files_t.c.staged_removed_at.is_(None),
+                )
+                .order_by(files_t.c.id)
+            ).mappings()
+            return [FileRecord(**r) for r in rows if r["content_hash"] not in busy]
+
+    def mark_staged_removed(self, file_ids: Iterable[int]) -> None:
+        """Record that these COMMITTED Files' staged rows were deleted (their state is kept)."""
+        ids = list(file_ids)
+        if not ids:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(files_t)
+                .where(files_t.c.id.in_(ids), files_t.c.state == FileState.COMMITTED.value)
+                .values(staged_removed_at=utcnow())
+            )
+
+    def prune_events(self, cutoff: datetime, *, dry_run: bool = False) -> int:
+        """Delete the file_events older than ``cutoff`` of COMMITTED Files (their state and
+        times stay on the File); the events of any other File are kept. Returns how many."""
+        committed = select(files_t.c.id).where(files_t.c.state == FileState.COMMITTED.value)
+        where = (events_t.c.at < cutoff) & events_t.c.file_id.in_(committed)
+        with self.engine.begin() as conn:
+            if dry_run:
+                return int(conn.execute(select(func.count()).where(where)).scalar_one())
+            return int(conn.execute(delete(events_t).where(where)).rowcount or 0)
 
 
 @contextmanager

@@ -41,6 +41,55 @@ class AuditSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """What `runner maintain` removes: the staged rows of Files COMMITTED more than
+    ``staged_days`` ago (per entity in ``entities``), and the file_events of COMMITTED Files
+    older than ``events_days`` (None keeps them); on Iceberg, table snapshots older than
+    ``snapshot_days`` (the newest is always kept)."""
+
+    staged_days: float | None = None
+    events_days: float | None = None
+    snapshot_days: float = 1.0
+    entities: dict[str, float | None] = field(default_factory=dict)
+
+    def staged_days_of(self, entity: str) -> float | None:
+        return self.entities.get(entity, self.staged_days)
+
+    @classmethod
+    def parse(cls, raw: Any, where: Path) -> RetentionSettings:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: retention must be a mapping")
+        known = {"staged_days", "events_days", "snapshot_days", "entities"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(
+                f"{where}: retention: unknown keys {unknown}; accepted: {sorted(known)}"
+            )
+
+        def days(value: Any, name: str) -> float | None:
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{where}: retention.{name} must be a number of days >= 0")
+            return float(value)
+
+        entities = raw.get("entities") or {}
+        if not isinstance(entities, dict):
+            raise ConfigError(f"{where}: retention.entities must map entity names to settings")
+        per: dict[str, float | None] = {}
+        for name, conf in entities.items():
+            if not isinstance(conf, dict) or set(conf) - {"staged_days"}:
+                raise ConfigError(f"{where}: retention.entities.{name} accepts staged_days only")
+            per[str(name)] = days(conf.get("staged_days"), f"entities.{name}.staged_days")
+        return cls(
+            staged_days=days(raw.get("staged_days"), "staged_days"),
+            events_days=days(raw.get("events_days"), "events_days"),
+            snapshot_days=days(raw.get("snapshot_days", 1.0), "snapshot_days") or 0.0,
+            entities=per,
+        )
+
+
+@dataclass(frozen=True)
 class RunnerSettings:
     """runner.yml, with defaults for every key so the file is optional."""
 
@@ -52,6 +101,9 @@ class RunnerSettings:
     targets: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Spark settings for staging when the target is not a Spark target (e.g. postgres).
     staging_spark_conf: dict[str, str] = field(default_factory=dict)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    # `runner run` runs `runner maintain` after every this many runs (None: never by itself).
+    maintain_every: int | None = None
 
     @classmethod
     def load(cls, root: Path) -> RunnerSettings:
@@ -71,6 +123,8 @@ class RunnerSettings:
             "audit",
             "targets",
             "staging_spark_conf",
+            "retention",
+            "maintain_every",
         }
         unknown = sorted(set(raw) - known)
         if unknown:
@@ -82,7 +136,14 @@ class RunnerSettings:
         )
         if audit.max_attempts < 1 or audit.lease_seconds < 1:
             raise ConfigError(f"{path}: audit.max_attempts and audit.lease_seconds must be >= 1")
+        every = raw.get("maintain_every")
+        if every is not None and (
+            isinstance(every, bool) or not isinstance(every, int) or every < 1
+        ):
+            raise ConfigError(f"{path}: maintain_every must be a number of runs >= 1")
         return cls(
+            retention=RetentionSettings.parse(raw.get("retention") or {}, path),
+            maintain_every=every,
             dbt_project_dir=str(raw.get("dbt_project_dir", cls.dbt_project_dir)),
             state_dir=str(raw.get("state_dir", cls.state_dir)),
             landing_roots=tuple(str(p) for p in raw.get("landing_roots", ["landing"])),

@@ -23,8 +23,8 @@
 {% macro bigquery_script(statements, target) %}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- set drops = [] -%}
-  {%- for suffix in ['files', 'batch', 'truncate', 'dedupe'] -%}
-    {%- do drops.append('drop table if exists ' ~ cdc.scratch_relation(target, suffix)) -%}
+  {%- for suffix in cdc.scratch_suffixes() -%}
+    {%- do drops.append(cdc.drop_scratch_sql(cdc.scratch_relation(target, suffix))) -%}
   {%- endfor -%}
   {%- set drop_sql = drops | join(';\n') ~ ';\n' -%}
   {{ return(drop_sql ~ 'begin transaction;\n' ~ (statements | join(';\n')) ~ ';\ncommit transaction;\n' ~ drop_sql) }}

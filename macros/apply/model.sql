@@ -13,6 +13,8 @@
   {#- A member of a transaction group: only rows of released transactions (transactions.sql). -#}
   {%- set gated = execute and transactions is not none -%}
   {%- if execute and transactions is none -%}{%- do cdc.model_ledger(cdc.apply_entity()) -%}{%- endif -%}
+  {#- --full-refresh: checked as the model compiles, before a materialization drops the table -#}
+  {%- if execute and should_full_refresh() -%}{%- do cdc.check_rebuild_complete(cdc.apply_entity()) -%}{%- endif -%}
   {%- set markers = cdc.state_relation('applied_files') -%}
   {%- set files = cdc.state_relation('staged_files') -%}     {#- declared inputs: lineage -#}
   {%- set tombstones = cdc.state_relation('tombstones') -%}

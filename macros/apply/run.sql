@@ -14,6 +14,7 @@
     table empty, then apply every staged File. Runs the preparation now; returns the apply. -#}
 {% macro create_then_apply_statements(relation, sql, create_table_sql) %}
   {%- do cdc.create_state_tables() -%}
+  {%- do cdc.check_rebuild_complete(cdc.apply_entity()) -%}
   {%- for stmt in cdc.reset_statements(cdc.target_name()) -%}
     {%- do run_query(stmt) -%}
   {%- endfor -%}
@@ -30,7 +31,7 @@
   {{ return(statements[-1]) }}
 {% endmacro %}
 
-{#- Spark and Databricks: the apply statements, then the scratch table's drop, run in order;
+{#- Spark and Databricks: the apply statements, then the scratch tables' drops, run in order;
     returns the last for `main`. `create_sql` set: the first-run path (create, then apply). -#}
 {% macro spark_family_apply(target, source, create_sql=none) %}
   {%- if create_sql is none -%}
@@ -39,7 +40,9 @@
     {%- set statements = cdc.create_then_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
-  {%- do statements.append('drop table if exists ' ~ cdc.scratch_relation(target, 'batch')) -%}
+  {%- for suffix in cdc.scratch_suffixes() -%}
+    {%- do statements.append(cdc.drop_scratch_sql(cdc.scratch_relation(target, suffix))) -%}
+  {%- endfor -%}
   {{ return(cdc.run_all_but_last(statements)) }}
 {% endmacro %}
 
@@ -64,4 +67,44 @@
 
 {% macro nothing_to_apply_sql() %}
   {{ return('select 1 as cdc_nothing_to_apply') }}
+{% endmacro %}
+
+{#- Built from the start (first run, --full-refresh), an apply model reads every staged File of
+    its entity: refuse when `runner maintain`'s retention removed some Files' rows (the table
+    would silently miss their changes), unless the build says it wants what is left:
+    --vars '{cdc_rebuild_from_retained: true}'. Files staged with no rows are not counted. -#}
+{% macro check_rebuild_complete(entity) %}
+  {%- if not execute or var('cdc_rebuild_from_retained', false) -%}{{ return(none) }}{%- endif -%}
+  {%- set staged = cdc.staging_relation(entity) -%}
+  {%- if staged is none -%}{{ return(none) }}{%- endif -%}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    select count(*) as cdc_gone, min(cdc_files.{{ q('file_name') }}) as cdc_first,
+           max(cdc_files.{{ q('file_name') }}) as cdc_last
+    from {{ cdc.state_relation('staged_files') }} as cdc_files
+    where cdc_files.{{ q('entity') }} = {{ cdc.sql_string(entity) }}
+      and cdc_files.{{ q('staged_rows') }} > 0
+      and cdc_files.{{ q('file_hash') }} not in (
+        select cdc_rows.{{ q(cdc.lineage_columns().file_hash) }} from {{ staged }} as cdc_rows
+      )
+  {%- endset -%}
+  {%- set row = run_query(sql).rows[0] -%}
+  {%- if row[0] | int > 0 -%}
+    {{ exceptions.raise_compiler_error(
+        "model " ~ model.name ~ " is built from the start but the staged rows of " ~ row[0]
+        ~ " File(s) of " ~ entity ~ " are gone (runner maintain's retention; from " ~ row[1]
+        ~ " to " ~ row[2] ~ "), so it would miss their changes. Keep the table (no "
+        ~ "--full-refresh), or rebuild it from the Files that are left with "
+        ~ "--vars '{cdc_rebuild_from_retained: true}'") }}
+  {%- endif -%}
+{% endmacro %}
+
+{#- The staging table of `entity` (its source with meta.cdc), or none when not declared. -#}
+{% macro staging_relation(entity) %}
+  {%- for node in graph.sources.values() if node.name == entity -%}
+    {%- if (node.meta or {}).get('cdc') or (node.config.meta or {}).get('cdc') -%}
+      {{ return(source(node.source_name, node.name)) }}
+    {%- endif -%}
+  {%- endfor -%}
+  {{ return(none) }}
 {% endmacro %}

@@ -67,6 +67,26 @@
   {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix})) }}
 {% endmacro %}
 
+{#- Every scratch table an apply may create (apply/statements.sql, the steps). -#}
+{% macro scratch_suffixes() %}
+  {{ return(['files', 'batch', 'truncate', 'dedupe']) }}
+{% endmacro %}
+
+{#- A scratch table's drop. On Iceberg with PURGE: a plain DROP TABLE forgets the table but
+    keeps its data files, which would pile up in the warehouse with every apply. -#}
+{% macro drop_scratch_sql(relation) %}
+  {{ return(adapter.dispatch('drop_scratch_sql', 'cdc')(relation)) }}
+{% endmacro %}
+{% macro default__drop_scratch_sql(relation) %}
+  {{ return('drop table if exists ' ~ relation) }}
+{% endmacro %}
+{% macro databricks__drop_scratch_sql(relation) %}
+  {{ return('drop table if exists ' ~ relation) }}
+{% endmacro %}
+{% macro spark__drop_scratch_sql(relation) %}
+  {{ return('drop table if exists ' ~ relation ~ (' purge' if var('cdc_file_format', 'iceberg') == 'iceberg' else '')) }}
+{% endmacro %}
+
 {% macro create_scratch_sql(relation, sql) %}
   {{ return(adapter.dispatch('create_scratch_sql', 'cdc')(relation, sql)) }}
 {% endmacro %}

@@ -67,6 +67,7 @@ for command in (
     pipeline.reconcile,
     pipeline.run,
     pipeline.retry,
+    pipeline.maintain,
     setup.generate,
     setup.audit,
     setup.drop_catalog,

@@ -1,4 +1,5 @@
-"""The pipeline's commands: `status`, `runs`, `ingest`, `reconcile`, `run`, `retry`."""
+"""The pipeline's commands: `status`, `runs`, `ingest`, `reconcile`, `run`, `retry`,
+`maintain`."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from audit import AuditDB
 from runner import present
 from runner.cli.options import Context, ExitCode, global_options, verbose
 from runner.errors import UsageError
+from runner.ids import new_process_id
 from runner.ingest import ingest as run_ingest
-from runner.invocation import recorded_run
+from runner.invocation import Invocation, recorded_run
+from runner.maintain import MaintainResult
+from runner.maintain import maintain as run_maintain
 from runner.phases import Phases
 from runner.progress import Progress, for_terminal
 from runner.reconcile import reconcile as run_reconcile
@@ -276,8 +280,70 @@ def run(
             time.perf_counter() - started,
             as_json,
         )
+        if result.ok and _maintain_due(rec.inv):
+            maintained = new_process_id()  # recorded as a maintenance run of its own
+            rec.db.start_run(maintained, "maintain", rec.inv.project.target_name)
+            outcome = "error"
+            try:
+                done = run_maintain(rec.inv)
+                outcome = "ok"
+            finally:
+                rec.db.end_run(maintained, outcome)
+            if not as_json:
+                _say_maintained(done)
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
+
+
+def _maintain_due(inv: Invocation) -> bool:
+    """runner.yml's maintain_every: this run is the Nth since the last maintenance."""
+    every = inv.project.settings.maintain_every
+    return every is not None and inv.db.runs_since_maintain() >= every
+
+
+def _say_maintained(done: MaintainResult) -> None:
+    would = "would be " if done.dry_run else ""
+    for s in done.staged:
+        click.echo(
+            f"{s.entity}: {s.rows:,} staged rows of {s.files} COMMITTED "
+            f"File{'' if s.files == 1 else 's'} {would}removed "
+            f"from {s.table}"
+        )
+    if done.events:
+        click.echo(f"file_events: {done.events:,} events of COMMITTED Files {would}removed")
+    for line in done.tables:
+        click.echo(line)
+    if not (done.staged or done.events or done.tables):
+        click.echo("nothing to maintain")
+
+
+@click.command()
+@global_options
+@click.option("--entity", "entities", multiple=True, help="Only these entities (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: what was removed.")
+@click.pass_obj
+def maintain(obj: Context, entities: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Retention and table upkeep (runner.yml `retention`): delete the staged rows of Files
+    COMMITTED long enough ago, prune old file_events, compact the tables (Iceberg: rewrite
+    small files, expire snapshots, remove orphan files; PostgreSQL: VACUUM ANALYZE).
+
+    Markers and the staged-files manifest are kept. `runner run` does this by itself every
+    `maintain_every` runs.
+    """
+    inv = obj.invocation()
+    unknown = sorted(set(entities) - set(inv.entities))
+    if unknown:
+        raise UsageError(
+            f"no such entity: {', '.join(unknown)} (declared: {', '.join(inv.entities)})"
+        )
+    with recorded_run(inv, "maintain --dry-run" if dry_run else "maintain") as run:
+        done = run_maintain(run.inv, entity_names=list(entities) or None, dry_run=dry_run)
+        if as_json:
+            click.echo(json.dumps(done.as_json()))
+        else:
+            _say_maintained(done)
+        run.outcome = "ok"
 
 
 def _watch(

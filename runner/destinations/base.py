@@ -156,6 +156,32 @@ class Destination:
         the table does not exist yet. Names are validated identifiers, quoted here."""
         raise NotImplementedError  # pragma: no cover
 
+    # --- maintenance (`runner maintain`) --------------------------------------------------
+    def delete_staged(
+        self,
+        entity: Entity,
+        hashes: list[str],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete the rows of these Files (content hashes) from the entity's staging table, in
+        one statement; how many rows went (or would go, with ``dry_run``)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def maintain_tables(
+        self,
+        tables: list[tuple[str, str]],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+        snapshot_days: float = 1.0,
+    ) -> list[str]:
+        """Compact and clean what the destination keeps of these ``(schema, table)`` tables
+        (the missing ones are passed over); one line per table said. Nothing by default: a
+        warehouse that manages its own storage (BigQuery)."""
+        return []
+
     # --- the Audit DB ---------------------------------------------------------------------
     def default_audit(self) -> tuple[str, str | None]:
         """Where this target's Audit DB lives when nothing else says: a SQLite file under the

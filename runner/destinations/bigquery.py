@@ -164,6 +164,30 @@ class BigQueryDestination(Destination):
         rows = self._rows(f"select {cols} from {bq_name(self.gcp_project, schema, table)}")
         return [dict(zip(columns, r, strict=True)) for r in rows]
 
+    def delete_staged(
+        self,
+        entity: Entity,
+        hashes: list[str],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        from google.cloud import bigquery
+
+        if not hashes or not self._exists(entity.staging_schema, entity.staging_table):
+            return 0
+        table = bq_name(self.gcp_project, entity.staging_schema, entity.staging_table)
+        where = f"{bq_name(lineage_columns()['file_hash'])} in unnest(@hashes)"
+        conf = bigquery.QueryJobConfig(
+            query_parameters=[bigquery.ArrayQueryParameter("hashes", "STRING", hashes)]
+        )
+        if dry_run:
+            sql = f"select count(*) from {table} where {where}"
+            return int(next(iter(self.client.query(sql, job_config=conf).result()))[0])
+        job = self.client.query(f"delete from {table} where {where}", job_config=conf)
+        job.result()
+        return int(job.num_dml_affected_rows or 0)
+
     def table_rows(self, tables: list[str], spark: SparkSession | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in tables:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runner.destinations.base import Destination, StagingWriter
 from runner.destinations.spark.destination import (
     SparkTableWriter,
+    spark_delete_staged,
     spark_select_rows,
     spark_table_rows,
 )
@@ -27,6 +28,8 @@ from runner.project import validate_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from runner.entities import Entity
 
 
 class DatabricksDestination(Destination):
@@ -71,3 +74,15 @@ class DatabricksDestination(Destination):
         prefix = f"{self.catalog}." if self.catalog else ""
         counts = spark_table_rows(spark or self.spark_session(), [prefix + t for t in tables])
         return {t: counts[prefix + t] for t in tables}
+
+    def delete_staged(
+        self,
+        entity: Entity,
+        hashes: list[str],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        name = [entity.staging_schema, entity.staging_table]
+        name = [self.catalog, *name] if self.catalog else name
+        return spark_delete_staged(spark or self.spark_session(), name, hashes, dry_run)

@@ -112,6 +112,56 @@ class PostgresDestination(Destination):
         rows = self._fetch(f"select {', '.join(q(c) for c in columns)} from {q(schema, table)}")
         return [dict(zip(columns, r, strict=True)) for r in rows]
 
+    def delete_staged(
+        self,
+        entity: Entity,
+        hashes: list[str],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        table = q(entity.staging_schema, entity.staging_table)
+        column = q(lineage_columns()["file_hash"])
+        conn = connect(self.project.target)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("select to_regclass(%s)", (table,))
+                if cur.fetchone()[0] is None or not hashes:
+                    return 0
+                if dry_run:
+                    cur.execute(f"select count(*) from {table} where {column} = any(%s)", (hashes,))
+                    return int(cur.fetchone()[0])
+                cur.execute(f"delete from {table} where {column} = any(%s)", (hashes,))
+                return int(cur.rowcount)
+        finally:
+            conn.close()
+
+    def maintain_tables(
+        self,
+        tables: list[tuple[str, str]],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+        snapshot_days: float = 1.0,
+    ) -> list[str]:
+        """``VACUUM (ANALYZE)`` of each table: dead rows' space reused, planner statistics
+        fresh (autovacuum does the same in its own time)."""
+        said = []
+        conn = connect(self.project.target)
+        conn.autocommit = True  # VACUUM cannot run in a transaction
+        try:
+            with conn.cursor() as cur:
+                for schema, name in tables:
+                    cur.execute("select to_regclass(%s)", (q(schema, name),))
+                    if cur.fetchone()[0] is None:
+                        continue
+                    if not dry_run:
+                        cur.execute(f"vacuum (analyze) {q(schema, name)}")
+                    said.append(f"{schema}.{name}: vacuum (analyze)")
+        finally:
+            conn.close()
+        return said
+
     def default_audit(self) -> tuple[str, str | None]:
         """The profile's own server, in schema ``cdc_audit``."""
         from sqlalchemy.engine import URL

@@ -125,6 +125,89 @@ class SparkDestination(Destination):
     ) -> list[dict[str, Any]] | None:
         return spark_select_rows(self._session(spark), [schema], table, columns)
 
+    def delete_staged(
+        self,
+        entity: Entity,
+        hashes: list[str],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> int:
+        return spark_delete_staged(
+            self._session(spark), [entity.staging_schema, entity.staging_table], hashes, dry_run
+        )
+
+    def maintain_tables(
+        self,
+        tables: list[tuple[str, str]],
+        spark: SparkSession | None = None,
+        *,
+        dry_run: bool = False,
+        snapshot_days: float = 1.0,
+    ) -> list[str]:
+        return iceberg_maintenance(
+            self._session(spark), "spark_catalog", tables, dry_run, snapshot_days
+        )
+
+
+def spark_delete_staged(
+    spark: SparkSession, name: list[str], hashes: list[str], dry_run: bool
+) -> int:
+    """One DELETE of the rows of ``hashes`` (validated hex digests) from a staging table."""
+    good = [h for h in hashes if _HEX.match(h)]
+    if not good or not spark.catalog.tableExists(".".join(name)):
+        return 0
+    where = f"`{lineage_columns()['file_hash']}` IN ({', '.join(repr(h) for h in good)})"
+    first = spark.sql(f"SELECT count(*) FROM {quote(*name)} WHERE {where}").first()
+    rows = int(first[0]) if first is not None else 0
+    if rows and not dry_run:
+        spark.sql(f"DELETE FROM {quote(*name)} WHERE {where}")
+    return rows
+
+
+def _table_files(spark: SparkSession, table: str) -> tuple[int, int]:
+    """(data and delete files, snapshots) of an Iceberg table's current state."""
+    live = spark.sql(f"SELECT count(*) FROM {table}.files").first()
+    snaps = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()
+    return int(live[0]) if live else 0, int(snaps[0]) if snaps else 0
+
+
+def iceberg_maintenance(
+    spark: SparkSession,
+    catalog: str,
+    tables: list[tuple[str, str]],
+    dry_run: bool,
+    snapshot_days: float,
+) -> list[str]:
+    """Iceberg's own upkeep of each table, with its stored procedures: small data files
+    rewritten into fewer (and position deletes folded in), snapshots older than
+    ``snapshot_days`` expired (the newest always kept), and files no snapshot references
+    removed (Iceberg's default: older than 3 days, so a write in flight is never touched)."""
+    from datetime import UTC, datetime, timedelta
+
+    said = []
+    cutoff = datetime.now(UTC) - timedelta(days=snapshot_days)
+    older = f"TIMESTAMP '{cutoff.strftime('%Y-%m-%d %H:%M:%S.%f')} UTC'"
+    for schema, name in tables:
+        if not spark.catalog.tableExists(f"{schema}.{name}"):
+            continue
+        table = quote(catalog, schema, name)
+        before = _table_files(spark, table)
+        if dry_run:
+            said.append(f"{schema}.{name}: {before[0]} files, {before[1]} snapshots")
+            continue
+        arg = f"table => '{schema}.{name}'"
+        call = f"CALL {quote(catalog)}.system"
+        spark.sql(f"{call}.rewrite_data_files({arg}, options => map('min-input-files', '2'))")
+        spark.sql(f"{call}.rewrite_position_delete_files({arg})")
+        spark.sql(f"{call}.expire_snapshots({arg}, older_than => {older}, retain_last => 1)")
+        spark.sql(f"{call}.remove_orphan_files({arg})")
+        after = _table_files(spark, table)
+        said.append(
+            f"{schema}.{name}: files {before[0]} -> {after[0]}, snapshots {before[1]} -> {after[1]}"
+        )
+    return said
+
 
 def spark_select_rows(
     spark: SparkSession, namespace: list[str], table: str, columns: list[str]
