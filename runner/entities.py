@@ -25,7 +25,10 @@ FORMATS = ("csv", "json", "parquet", "debezium")
 MODES = ("cdc", "snapshot", "transactions")
 # The keys a declaration's meta.cdc accepts, by where they may appear (docs/declarations.md and
 # the pages it links document each one; tests/test_docs.py checks that none is missing).
-COMMON_KEYS = frozenset({"mode", "landing", "format", "keys", "csv"})
+COMMON_KEYS = frozenset({"mode", "landing", "format", "keys", "csv", "on_schema_change"})
+# What a File with a column the declaration lacks does (meta.cdc.on_schema_change): quarantined
+# (fail), or staged without it, said in a warning (ignore).
+SCHEMA_POLICIES = ("fail", "ignore")
 CHANGE_KEYS = frozenset({"sequence", "operation"})  # mode cdc
 DEBEZIUM_KEYS = frozenset({"debezium", "transactions"})  # format debezium
 CSV_KEYS = frozenset({"header", "delimiter"})
@@ -160,6 +163,7 @@ class Entity:
     # the END records. On a member: the transaction metadata entity's name.
     members: dict[str, str] = field(default_factory=dict, compare=False)
     transactions: str | None = None
+    on_schema_change: str = "fail"
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
@@ -476,6 +480,11 @@ def _parse(
     if csv_opts and fmt != "csv":
         errors.append(f"meta.cdc.csv is for format csv, not {fmt}")
     staging_schema, staging_table = _staging_names(source, table, name, project, errors)
+    policy = str(cdc.get("on_schema_change", "fail"))
+    if policy not in SCHEMA_POLICIES:
+        errors.append(
+            f"on_schema_change {policy!r} is not supported; accepted: {list(SCHEMA_POLICIES)}"
+        )
     if errors:
         return None, errors
     return (
@@ -497,6 +506,7 @@ def _parse(
             csv_delimiter=str(csv_opts.get("delimiter", ",")),
             meta=dict(cdc),
             transactions=str(cdc["transactions"]) if cdc.get("transactions") else None,
+            on_schema_change=policy,
             **extra,
         ),
         [],

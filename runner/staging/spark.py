@@ -23,6 +23,7 @@ is read by many tasks; a File with such records is read whole (``multiLine``).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -47,7 +48,9 @@ from runner.staging.debezium import (
     sequence_base,
 )
 from runner.staging.row_hash import hash_of
-from runner.staging.validate import open_binary, read_header, scan_text_file
+from runner.staging.validate import open_binary, read_header, scan_text_file, undeclared
+
+log = logging.getLogger("runner.staging")
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -122,6 +125,12 @@ def stage_entity(
             result.quarantined[f.file_id] = problem
         else:
             assert header is not None
+            left_out = undeclared(header, f.path, entity)
+            if left_out:
+                log.warning(
+                    "%s: %s not declared for %s: staged without (meta.cdc.on_schema_change: "
+                    "ignore)", f.path.name, ", ".join(repr(c) for c in left_out), entity.name
+                )  # fmt: skip
             groups.setdefault((tuple(header), whole), []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
     # A CSV row with the wrong number of fields is malformed only when every column is parsed:

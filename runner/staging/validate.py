@@ -172,10 +172,11 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
             + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
         )
     extra = [h for h in header if h not in declared]
-    if extra:
+    if extra and entity.on_schema_change == "fail":
         return (
             None,
-            f"{path.name}: line 1, column {extra[0]!r}: not declared for entity {entity.name!r}",
+            f"{path.name}: line 1, column {extra[0]!r}: not declared for entity {entity.name!r}"
+            + SCHEMA_HINT,
         )
     seen: set[str] = set()
     for position, name in enumerate(header, start=1):
@@ -241,6 +242,20 @@ def _check_names(
             + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else "")
         )
     extra = [h for h in header if h not in declared]
-    if extra:
-        return None, f"{path.name}: column {extra[0]!r}: not declared for entity {entity.name!r}"
+    if extra and entity.on_schema_change == "fail":
+        return None, (
+            f"{path.name}: column {extra[0]!r}: not declared for entity {entity.name!r}"
+            + SCHEMA_HINT
+        )
     return header, None
+
+
+# Said with a File quarantined for a column its entity does not declare.
+SCHEMA_HINT = " (declare it, or set meta.cdc.on_schema_change: ignore to stage the File without it)"
+
+
+def undeclared(header: list[str], path: FilePath, entity: Entity) -> list[str]:
+    """The columns of a File's header its entity does not declare (left out when
+    meta.cdc.on_schema_change is ignore)."""
+    declared = set(expected_columns(path, entity))
+    return [h for h in header if h not in declared]
