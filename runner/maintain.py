@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from runner.contract import state_tables
+from runner.ids import new_process_id
 from runner.invocation import Invocation
 
 log = logging.getLogger("runner.maintain")
@@ -110,3 +111,20 @@ def _tables(inv: Invocation, chosen: list[str]) -> list[tuple[str, str]]:
             out.append((schema, table))
     out += [(inv.project.state_schema, t["identifier"]) for t in state_tables().values()]
     return list(dict.fromkeys(out))
+
+
+def maintain_if_due(inv: Invocation) -> MaintainResult | None:
+    """After a `runner run` (or a watch batch): maintain when runner.yml's ``maintain_every``
+    runs have started since the last maintenance, recorded as a run of its own."""
+    every = inv.project.settings.maintain_every
+    if every is None or inv.db.runs_since_maintain() < every:
+        return None
+    process_id = new_process_id()
+    inv.db.start_run(process_id, "maintain", inv.project.target_name)
+    outcome = "error"
+    try:
+        done = maintain(inv)
+        outcome = "ok"
+        return done
+    finally:
+        inv.db.end_run(process_id, outcome)

@@ -289,6 +289,7 @@ def batch_json(batch: Any) -> dict[str, Any]:
         "built": result.built if result is not None else [],
         "entities": [e.as_json() for e in batch.entities],
         "seconds": round(batch.seconds, 3),
+        "maintained": batch.maintained.as_json() if batch.maintained is not None else None,
     }
 
 
@@ -312,6 +313,8 @@ def report_batch(batch: Any, as_json: bool) -> None:
         parts.append(f"{e.entity} " + ", ".join(bits))
     line = f"{now} {batch.process_id}: " + ("; ".join(parts) or "nothing staged or applied")
     line += f"; dbt {len(data['built'])} nodes; {batch.seconds:.1f}s"
+    if batch.maintained is not None:
+        line += f"; maintained {len(batch.maintained.tables)} tables"
     click.echo(line)
     if data["error"]:
         click.echo(f"{now} {batch.process_id}: error: {data['error']}", err=True)

@@ -26,6 +26,7 @@ from runner.discover import discover
 from runner.errors import CdcError
 from runner.ingest import landing_roots
 from runner.invocation import Invocation, recorded_run
+from runner.maintain import MaintainResult, maintain_if_due
 from runner.run import RunResult, run
 from runner.summary import EntitySummary, summarize
 
@@ -44,6 +45,7 @@ class Batch:
     error: str | None = None
     seconds: float = 0.0
     entities: list[EntitySummary] = field(default_factory=list)
+    maintained: MaintainResult | None = None  # runner.yml maintain_every, after the batch
 
     @property
     def ok(self) -> bool:
@@ -175,6 +177,11 @@ def _batch(inv: Invocation, dbt_runner: Any, **kwargs: Any) -> Batch:
         else:
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             batch.error = f"{type(exc).__name__}: {text}"
+    if batch.ok:
+        try:
+            batch.maintained = maintain_if_due(inv)
+        except Exception as exc:  # noqa: BLE001 - said; the batch itself succeeded
+            log.warning("maintenance after batch %s failed: %s", batch.process_id, exc)
     batch.seconds = time.perf_counter() - started
     return batch
 

@@ -15,11 +15,10 @@ import click
 from audit import AuditDB
 from runner import present
 from runner.cli.options import Context, ExitCode, global_options, verbose
-from runner.errors import UsageError
-from runner.ids import new_process_id
+from runner.errors import UsageError, first_line
 from runner.ingest import ingest as run_ingest
 from runner.invocation import Invocation, recorded_run
-from runner.maintain import MaintainResult
+from runner.maintain import MaintainResult, maintain_if_due
 from runner.maintain import maintain as run_maintain
 from runner.phases import Phases
 from runner.progress import Progress, for_terminal
@@ -280,25 +279,21 @@ def run(
             time.perf_counter() - started,
             as_json,
         )
-        if result.ok and _maintain_due(rec.inv):
-            maintained = new_process_id()  # recorded as a maintenance run of its own
-            rec.db.start_run(maintained, "maintain", rec.inv.project.target_name)
-            outcome = "error"
-            try:
-                done = run_maintain(rec.inv)
-                outcome = "ok"
-            finally:
-                rec.db.end_run(maintained, outcome)
-            if not as_json:
-                _say_maintained(done)
+        if result.ok:
+            _maintain_if_due(rec.inv, as_json)
         if not result.ok:
             raise SystemExit(ExitCode.FILES_FAILED)
 
 
-def _maintain_due(inv: Invocation) -> bool:
-    """runner.yml's maintain_every: this run is the Nth since the last maintenance."""
-    every = inv.project.settings.maintain_every
-    return every is not None and inv.db.runs_since_maintain() >= every
+def _maintain_if_due(inv: Invocation, as_json: bool) -> None:
+    """runner.yml's maintain_every; a maintenance that fails is said, the run stays ok."""
+    try:
+        done = maintain_if_due(inv)
+    except Exception as exc:  # noqa: BLE001 - said in one line; the run itself succeeded
+        click.echo(f"warning: maintenance failed: {first_line(exc)}", err=True)
+        return
+    if done is not None and not as_json:
+        _say_maintained(done)
 
 
 def _say_maintained(done: MaintainResult) -> None:
