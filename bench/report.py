@@ -157,6 +157,26 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 when,
             )
         )
+    if "soak" in results:
+        soak, when = results["soak"], on.get("soak", "")
+        for side, label in (("with_maintenance", "with"), ("without_maintenance", "without")):
+            r = soak[side]
+            disk = r["on_disk"]
+            first, last = disk[min(disk, key=int)], disk[max(disk, key=int)]
+            every = f" every {r['maintain_every']} runs" if r["maintain_every"] else ""
+            out.append(
+                (
+                    f"soak: {r['runs']} `runner run --watch` batches of one 10-row File, "
+                    f"{label} `runner maintain`{every}: batch time at the end vs the start"
+                    f" (files under the warehouse {first['data_files']} -> {last['data_files']},"
+                    f" snapshots {first['snapshots']} -> {last['snapshots']})",
+                    _s(r["end_s"]),
+                    _s(r["start_s"]),
+                    f"{r['end_to_start']:.2f}x",
+                    _verdict(r["end_to_start"], soak["target"] if r["maintain_every"] else None),
+                    when,
+                )
+            )
     if "growth" in results:
         g = results["growth"]
         sizes = sorted((k for k in g if k.isdigit()), key=int)

@@ -383,6 +383,7 @@ PARTS = (
     "snapshot_hash_vs_full_row",
     "memory",
     "latency",
+    "soak",
 )
 
 
@@ -450,7 +451,7 @@ def main() -> None:
             data, generated(data, sizes[-1]) / "customers", work, mib, args.repeat
         )
         done("one_big_file", t0)
-    in_process = [p for p in PARTS[2:-2] if p in args.parts]
+    in_process = [p for p in PARTS[2 : PARTS.index("memory")] if p in args.parts]
     if in_process:
         bench = Bench(args.repeat, args.quick)
         steps: dict[str, Callable[[], dict]] = {
@@ -481,6 +482,14 @@ def main() -> None:
         t0 = time.perf_counter()
         results["latency"] = latency.latency(WORK.parent / "work_latency", args.repeat)
         done("latency", t0)
+    if "soak" in args.parts:
+        import soak
+
+        t0 = time.perf_counter()
+        results["soak"] = soak.soak(
+            WORK.parent / "work_soak", 30 if args.quick else 300, 10 if args.quick else 50
+        )
+        done("soak", t0)
     results["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -172,6 +172,22 @@ def _table_files(spark: SparkSession, table: str) -> tuple[int, int]:
     return int(live[0]) if live else 0, int(snaps[0]) if snaps else 0
 
 
+# Iceberg writes a metadata file per commit and keeps them all unless told otherwise: a table
+# that commits every run would hold one per run forever (expiring snapshots does not remove them).
+METADATA_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
+
+
+def _keep_few_metadata_files(spark: SparkSession, table: str) -> None:
+    have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    wanted = {k: v for k, v in METADATA_PROPERTIES.items() if have.get(k) != v}
+    if wanted:
+        pairs = ", ".join(f"'{k}' = '{v}'" for k, v in wanted.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({pairs})")
+
+
 def iceberg_maintenance(
     spark: SparkSession,
     catalog: str,
@@ -182,7 +198,8 @@ def iceberg_maintenance(
     """Iceberg's own upkeep of each table, with its stored procedures: small data files
     rewritten into fewer (and position deletes folded in), snapshots older than
     ``snapshot_days`` expired (the newest always kept), and files no snapshot references
-    removed (Iceberg's default: older than 3 days, so a write in flight is never touched)."""
+    removed (Iceberg's default: older than 3 days, so a write in flight is never touched).
+    From the first maintenance on, a table keeps its last 10 metadata files only."""
     from datetime import UTC, datetime, timedelta
 
     said = []
@@ -196,6 +213,7 @@ def iceberg_maintenance(
         if dry_run:
             said.append(f"{schema}.{name}: {before[0]} files, {before[1]} snapshots")
             continue
+        _keep_few_metadata_files(spark, table)
         arg = f"table => '{schema}.{name}'"
         call = f"CALL {quote(catalog)}.system"
         spark.sql(f"{call}.rewrite_data_files({arg}, options => map('min-input-files', '2'))")
