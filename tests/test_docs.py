@@ -100,11 +100,15 @@ CODE_ROOTS = ("runner", "audit", "macros", "dbt_project", "tools", "bench", "tes
 
 
 def _code_text() -> str:
+    """The repository's own code (the files git tracks: no scratch or work folders)."""
     parts = [(REPO / n).read_text(encoding="utf-8") for n in ("Makefile", "profiles.example.yml")]
-    for root in CODE_ROOTS:
-        for path in (REPO / root).rglob("*"):
-            if path.suffix in {".py", ".sql", ".yml", ".yaml"} and ".venv" not in path.parts:
-                parts.append(path.read_text(encoding="utf-8", errors="replace"))
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *CODE_ROOTS], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in tracked:
+        path = REPO / name
+        if path.suffix in {".py", ".sql", ".yml", ".yaml"} and path.is_file():
+            parts.append(path.read_text(encoding="utf-8", errors="replace"))
     return "\n".join(parts)
 
 

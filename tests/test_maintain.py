@@ -80,8 +80,10 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
     if spark is not None:  # no apply leaves a scratch table, in the catalog or on disk
         tables = [r["tableName"] for r in spark.sql(f"show tables in `{cli.schema}`").collect()]
         assert not [t for t in tables if "__cdc_" in t or "__dbt_tmp" in t], tables
-        warehouse = spark.conf.get("spark.sql.catalog.spark_catalog.warehouse")
-        folder = Path(warehouse.removeprefix("file:")) / cli.schema
+        # (the session's catalog keeps the warehouse it was built with: ask the table)
+        rows = spark.sql(f"describe table extended `{cli.schema}`.customers").collect()
+        location = next(r["data_type"] for r in rows if r["col_name"] == "Location")
+        folder = Path(location.removeprefix("file:")).parent
         assert folder.is_dir(), folder
         kept = [p for d in folder.glob("*__cdc_*") for p in d.rglob("*") if p.is_file()]
         assert not kept, kept  # (Iceberg's purge leaves the emptied folders)
