@@ -28,6 +28,7 @@ from typing import Any
 from runner.contract import state_tables
 from runner.ids import new_process_id
 from runner.invocation import Invocation
+from runner.reconcile import apply_targets
 
 log = logging.getLogger("runner.maintain")
 
@@ -98,8 +99,6 @@ def maintain(
 
 def _tables(inv: Invocation, chosen: list[str]) -> list[tuple[str, str]]:
     """The staging tables and apply targets of the chosen entities, and the state tables."""
-    from runner.reconcile import apply_targets
-
     out: list[tuple[str, str]] = []
     for name in chosen:
         entity = inv.entities[name]

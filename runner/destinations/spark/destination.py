@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns, state_table
@@ -200,8 +201,6 @@ def iceberg_maintenance(
     ``snapshot_days`` expired (the newest always kept), and files no snapshot references
     removed (Iceberg's default: older than 3 days, so a write in flight is never touched).
     From the first maintenance on, a table keeps its last 10 metadata files only."""
-    from datetime import UTC, datetime, timedelta
-
     said = []
     cutoff = datetime.now(UTC) - timedelta(days=snapshot_days)
     older = f"TIMESTAMP '{cutoff.strftime('%Y-%m-%d %H:%M:%S.%f')} UTC'"
