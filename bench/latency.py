@@ -151,16 +151,21 @@ def cold_file(base: Path, repeat: int) -> dict:
     }
 
 
-def watched(base: Path, repeat: int) -> dict:
-    """(b): landing to committed through a warm `runner run --watch`."""
-    root = root_for(base, "watch")
-    runner_run(root)
-    proc = subprocess.Popen(
-        [str(BIN / "runner"), "run", "--watch", "--interval", "0.5", "--json",
+def watch_process(root: Path, interval: float) -> subprocess.Popen[str]:
+    """`runner run --watch --json` in ``root``: one JSON line per batch on its stdout."""
+    return subprocess.Popen(
+        [str(BIN / "runner"), "run", "--watch", "--interval", str(interval), "--json",
          "--landing", "landing"],
         cwd=root, env=processes.env(root), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True,
     )  # fmt: skip
+
+
+def watched(base: Path, repeat: int) -> dict:
+    """(b): landing to committed through a warm `runner run --watch`."""
+    root = root_for(base, "watch")
+    runner_run(root)
+    proc = watch_process(root, 0.5)
     assert proc.stdout is not None
     latencies = []
     try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +28,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 import latency  # noqa: E402
-import processes  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -60,12 +58,7 @@ def one_side(base: Path, name: str, runs: int, every: int | None) -> dict:
     _configure(root, every)
     latency.runner_run(root)  # the sample applied
     checkpoints = sorted({1, max(1, runs // 3), max(1, 2 * runs // 3), runs})
-    proc = subprocess.Popen(
-        [str(BIN / "runner"), "run", "--watch", "--interval", "0.2", "--json",
-         "--landing", "landing"],
-        cwd=root, env=processes.env(root), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True,
-    )  # fmt: skip
+    proc = latency.watch_process(root, 0.2)
     assert proc.stdout is not None
     seconds: list[float] = []
     maintained: list[float] = []
