@@ -29,8 +29,6 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import latency  # noqa: E402
 
-BIN = Path(sys.executable).parent
-
 
 def _configure(root: Path, every: int | None) -> None:
     path = root / "runner.yml"
