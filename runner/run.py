@@ -136,12 +136,18 @@ RACE_LOST_SIGNS = (
     # PostgreSQL: two builds replacing one view or table at once (dbt's create, rename, drop)
     "tuple concurrently updated",
     "pg_type_typname_nsp_index",
+    # dbt-postgres caught the other build's relation between its states (type unknown)
+    "drop external if exists",
     "concurrentappendexception",
     "concurrentdeletereadexception",
     "concurrentdeletedeleteexception",
     "could not serialize access to table",
 )
-SCRATCH_GONE = re.compile(r"__cdc_\w+`? (cannot be found|from catalog \w+: dropped by another)")
+# Another build dropped (and purged) a scratch table this one was reading.
+SCRATCH_GONE = re.compile(
+    r"__cdc_\w+`? (cannot be found|from catalog \w+: dropped by another)"
+    r"|__cdc_\w+/(data|metadata)/\S+ (does not exist|not found)"
+)
 RACE_LOST_HINT = " (another build committed to the same table at the same time; run again)"
 
 

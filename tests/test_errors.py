@@ -63,6 +63,10 @@ def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
         "org.apache.iceberg.exceptions.AlreadyExistsException: Table already exists: s.c__cdc_b",
         "org.apache.iceberg.exceptions.AlreadyExistsException: View was updated concurrently: "
         "tx_test.stg_orders",
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`accounts__cdc_files` cannot be found.",
+        "java.io.FileNotFoundException: File file:/w/s/accounts__cdc_files/data/0-1.parquet "
+        "does not exist",
+        'syntax error at or near "external"\n  LINE 2: drop external if exists "t"."s"."stg_x"',
         # PostgreSQL, two builds replacing one view at once (dbt's create, rename, drop)
         'Database Error in model stg_x\n  relation "stg_x__dbt_backup" already exists',
         "Database Error in model stg_x\n  tuple concurrently updated",

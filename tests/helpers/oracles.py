@@ -105,10 +105,11 @@ ICEBERG_CONFLICT = (
 # dropped the apply's batch table of the same model under it (before or while it is read).
 RACE_LOST = (
     *ICEBERG_CONFLICT,
-    "__cdc_batch` cannot be found",
+    *(f"__cdc_{scratch}` cannot be found" for scratch in ("batch", "files", "truncate", "dedupe")),
     "dropped by another process",
     "tuple concurrently updated",  # PostgreSQL: two builds replacing one view at once
     "pg_type_typname_nsp_index",
+    "drop external if exists",  # dbt-postgres caught the other build's view between states
 )
 
 
@@ -199,7 +200,11 @@ def error_lines(text: str) -> str:
     said = [
         line
         for line in text.splitlines()
-        if re.search(r"error|exception|failed|exists|concurrent|duplicate", line, re.I)
+        if re.search(
+            r"error|exception|failed|exists|concurrent|duplicate|cannot be found|not found",
+            line,
+            re.I,
+        )
         and not line.strip().startswith("at ")
     ]
     return "\n".join(said[:40]) or text[-3000:]
