@@ -283,3 +283,33 @@ def test_migrations_build_exactly_the_models(audit_db: AuditDB) -> None:
         diff = compare_metadata(ctx, metadata)
     assert diff == []
     assert audit_db.current_revision() == audit_db.head_revision()
+
+
+def _committed(db: AuditDB, path: str, content_hash: str, entity: str = "customers") -> int:
+    file_id = register(db, path, content_hash, entity)
+    pid = new_process_id()
+    db.start_run(pid, "run", "local")
+    db.claim(file_id, pid)
+    db.mark_staged(file_id, pid, pid)
+    db.mark_committed(file_id, pid)
+    return file_id
+
+
+def test_retention_picks_each_old_committed_file_of_the_entity_once(audit_db: AuditDB) -> None:
+    """`runner maintain`'s choice: COMMITTED before the cutoff, of this entity, staged rows not
+    yet removed; and the events pruned are the COMMITTED Files' older ones only."""
+    first = _committed(audit_db, "/landing/customers/a.csv", "a" * 64)
+    second = _committed(audit_db, "/landing/customers/b.csv", "b" * 64)
+    _committed(audit_db, "/landing/orders/a.csv", "c" * 64, entity="orders")
+    waiting = register(audit_db, "/landing/customers/c.csv", "d" * 64)  # PENDING
+    later = utcnow() + timedelta(seconds=1)
+    assert audit_db.retention_candidates("customers", utcnow() - timedelta(days=1)) == []
+    picked = audit_db.retention_candidates("customers", later)
+    assert [f.id for f in picked] == [first, second]
+    audit_db.mark_staged_removed([first])
+    assert [f.id for f in audit_db.retention_candidates("customers", later)] == [second]
+    assert audit_db.get(first).state == "COMMITTED" and audit_db.get(first).staged_removed_at
+    assert audit_db.prune_events(later, dry_run=True) == 12  # 4 events of each COMMITTED File
+    assert audit_db.prune_events(utcnow() - timedelta(days=1)) == 0
+    assert audit_db.prune_events(later) == 12
+    assert audit_db.events(first) == [] and len(audit_db.events(waiting)) == 1
