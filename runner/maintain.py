@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from audit import utcnow
 from runner.contract import state_tables
 from runner.ids import new_process_id
 from runner.invocation import Invocation
@@ -57,10 +58,6 @@ class MaintainResult:
         }
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)  # the Audit DB keeps naive UTC times
-
-
 def maintain(
     inv: Invocation,
     *,
@@ -69,7 +66,7 @@ def maintain(
     now: datetime | None = None,
 ) -> MaintainResult:
     settings = inv.project.settings.retention
-    now = now or _utcnow()
+    now = now or utcnow()  # the Audit DB's naive UTC
     chosen = entity_names or sorted(inv.entities)
     result = MaintainResult(dry_run)
     spark = inv.reading_spark
