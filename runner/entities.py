@@ -26,9 +26,11 @@ MODES = ("cdc", "snapshot", "transactions")
 # The keys a declaration's meta.cdc accepts, by where they may appear (docs/declarations.md and
 # the pages it links document each one; tests/test_docs.py checks that none is missing).
 COMMON_KEYS = frozenset({"mode", "landing", "format", "keys", "csv", "on_schema_change"})
-# What a File with a column the declaration lacks does (meta.cdc.on_schema_change): quarantined
-# (fail), or staged without it, said in a warning (ignore).
-SCHEMA_POLICIES = ("fail", "ignore")
+# What a File whose columns differ from the declaration's does (meta.cdc.on_schema_change):
+# quarantined (fail); staged with its new columns added to the staging table (append_new_columns),
+# and also with missing declared columns as NULL (sync_all_columns); or staged without the new
+# columns, said in a warning (ignore). runner/staging/schema.py applies it.
+SCHEMA_POLICIES = ("fail", "append_new_columns", "sync_all_columns", "ignore")
 CHANGE_KEYS = frozenset({"sequence", "operation"})  # mode cdc
 DEBEZIUM_KEYS = frozenset({"debezium", "transactions"})  # format debezium
 CSV_KEYS = frozenset({"header", "delimiter"})
@@ -188,6 +190,20 @@ class Entity:
     def ordered_by_line(self) -> bool:
         """Whether the line breaks ties of the sequence (so that rows never conflict)."""
         return self.sequence_ties or self.file_order is not None
+
+    @property
+    def evolves(self) -> bool:
+        """Whether a File's new columns are added to the staging table (on_schema_change)."""
+        return self.on_schema_change in ("append_new_columns", "sync_all_columns")
+
+    @property
+    def required_columns(self) -> frozenset[str]:
+        """The declared columns every File must hold, whatever the policy: the keys, the
+        sequence and operation columns and a snapshot's effective-date column."""
+        out = set(self.keys) | {self.sequence, self.operation_column}
+        if self.effective_date is not None and self.effective_date.column:
+            out.add(self.effective_date.column)
+        return frozenset(c for c in out if c)
 
     def op_missing(self, file_name: str) -> bool:
         """Whether a File of this name lacks the operation column (a DMS full-load File)."""

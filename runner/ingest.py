@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from audit import AuditDB, FileRecord, IllegalTransition
 from runner.destinations import Destination, FileToStage
 from runner.discover import LandedFile, discover, settle
+from runner.entities import Column as EntityColumn
 from runner.entities import Entity
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
 from runner.fs import FilePath, RemoteFile, as_file, is_uri
@@ -20,6 +21,7 @@ from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import reconcile
+from runner.staging.schema import declaration_yaml
 from runner.staging.spark import StageResult, stage_entity
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ class IngestResult:
     rows: int = 0
     committed: int = 0  # STAGED Files found applied by the reconcile that ingest starts with
     notes: list[str] = field(default_factory=list)
+    # Columns Files added to staging tables (meta.cdc.on_schema_change), one line per entity.
+    schema_changes: list[str] = field(default_factory=list)
     phases: Phases = field(default_factory=Phases)
 
 
@@ -275,20 +279,38 @@ class _Stager:
             self.db.quarantine(file_id, self.process_id, reason)
             self.result.quarantined += 1
             log.warning("quarantined %s", reason)
+        added: dict[str, EntityColumn] = {}
         for file_id, rows in staged.staged.items():
             try:
                 skipped = staged.skipped.get(file_id)
-                detail = f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"
-                self.db.mark_staged(
-                    file_id, self.process_id, self.process_id, detail=detail if skipped else None
+                details = [f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"] * bool(
+                    skipped
                 )
-                if skipped:
-                    log.info("File %s: %s", file_id, detail)
+                new = staged.added.get(file_id, [])
+                if new:
+                    details.append(
+                        "added to the staging table (meta.cdc.on_schema_change: "
+                        f"{self.entity.on_schema_change}): "
+                        + ", ".join(f"{c.name} {c.data_type}" for c in new)
+                    )
+                    added.update({c.name: c for c in new})
+                self.db.mark_staged(
+                    file_id, self.process_id, self.process_id, detail="; ".join(details) or None
+                )
+                if details:
+                    log.info("File %s: %s", file_id, "; ".join(details))
             except IllegalTransition as exc:  # our lease lapsed and another run took it
                 self.result.notes.append(f"File {file_id}: lease lost while staging ({exc})")
                 continue
             self.result.staged += 1
             self.result.rows += rows
+        if added:
+            self.result.schema_changes.append(
+                f"{self.entity.name}: {', '.join(added)} added to staging table "
+                f"{self.entity.staging_table} (older rows NULL); declare "
+                f"{'them' if len(added) > 1 else 'it'} under the entity's columns in "
+                f"{self.entity.declared_in.name}:\n" + declaration_yaml(list(added.values()))
+            )
         n = len(staged.staged) + len(staged.quarantined)
         self.progress.advance("stage", self.entity.name, files=n, rows=staged.rows)
 

@@ -175,6 +175,8 @@ def print_summary(entities: list[Any], console: Console) -> None:
 def report_ingest(process_id: str, result: Any) -> int:
     for note in result.notes:
         log.warning(note)
+    for change in result.schema_changes:
+        click.echo(f"schema change: {change}")
     click.echo(
         f"process {process_id}: {result.registered} new Files ({result.duplicates} duplicates), "
         f"{result.staged} staged ({result.rows} rows), {result.quarantined} quarantined, "
@@ -230,6 +232,7 @@ def report_run(
                         "rows": ing.rows,
                         "quarantined": ing.quarantined,
                         "failed": ing.failed,
+                        "schema_changes": ing.schema_changes,
                     },
                     "nothing_new": result.nothing_new,
                     "dbt_ok": result.dbt_ok,
@@ -285,6 +288,7 @@ def batch_json(batch: Any) -> dict[str, Any]:
         "staged": result.ingest.staged if result is not None else 0,
         "quarantined": result.ingest.quarantined if result is not None else 0,
         "failed": result.ingest.failed if result is not None else 0,
+        "schema_changes": result.ingest.schema_changes if result is not None else [],
         "committed": result.reconcile.committed if result is not None else 0,
         "built": result.built if result is not None else [],
         "entities": [e.as_json() for e in batch.entities],

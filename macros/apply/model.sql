@@ -233,3 +233,28 @@
       'valid_to_current': meta.get('dbt_valid_to_current'),
   }) }}
 {% endmacro %}
+
+{#- The entity's columns as an apply model selects them, from its staging relation: every column
+    but the operation and sequence columns and the lineage columns (lineage_select() adds those),
+    and but `except`. A column a File added to the staging table (meta.cdc.on_schema_change:
+    append_new_columns) is selected by the next build, and the model's table gains it:
+      select {{ cdc.entity_columns(ref('stg_customers')) }}, {{ cdc.lineage_select() }}
+      from {{ cdc.unapplied(ref('stg_customers')) }} -#}
+{% macro entity_columns(relation, except=[]) %}
+  {%- if not execute -%}{{ return('*') }}{%- endif -%}
+  {%- set meta = cdc.entity_settings(cdc.apply_entity()) -%}
+  {%- set skip = [] -%}
+  {%- for name in except -%}{%- do skip.append(name | lower) -%}{%- endfor -%}
+  {%- set op = meta.get('operation') -%}
+  {%- do skip.append(((op.get('column') if op is mapping else op) or '') | lower) -%}
+  {%- set seq = meta.get('sequence') -%}
+  {%- do skip.append(((seq.get('column') if seq is mapping else seq) or '') | lower) -%}
+  {%- for mode in ['cdc', 'snapshot'] -%}
+    {%- for col in cdc.lineage_on('staged', mode) -%}{%- do skip.append(col.name | lower) -%}{%- endfor -%}
+  {%- endfor -%}
+  {%- set names = [] -%}
+  {%- for col in adapter.get_columns_in_relation(relation) if col.name | lower not in skip -%}
+    {%- do names.append(adapter.quote(col.name)) -%}
+  {%- endfor -%}
+  {{ return(names | join(',\n    ')) }}
+{% endmacro %}

@@ -16,6 +16,7 @@ from runner.contract import lineage_on, state_table
 from runner.destinations.spark.session import DEFAULT_STAGING_CONF, build_session
 from runner.errors import ConfigError
 from runner.fs import FilePath
+from runner.staging.schema import added_columns, declared_vs_table, normal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -91,6 +92,25 @@ class StagingWriter:
         """Create the entity's staging table, empty, when it is missing: so that `dbt build`
         works for an entity no File has arrived for yet."""
         raise NotImplementedError
+
+    def table_columns(self, spark: SparkSession, entity: Entity) -> dict[str, str] | None:
+        """The entity's staging table's columns, each with its type spelled as a Spark SQL
+        type (see ``stored_type``); None when the table is missing."""
+        return None
+
+    def stored_type(self, spark_type: str) -> str:
+        """A declared Spark SQL type as this destination stores it, spelled as
+        ``table_columns`` spells the table's (so that the two compare)."""
+        return normal(spark_type)
+
+    def evolution(
+        self, table: dict[str, str], entity: Entity
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """What writing a batch of ``entity`` changes in its staging table first: (columns to
+        add, columns to widen), each (name, Spark SQL type). A change that is not a widening
+        never gets here: staging quarantines the Files (runner/staging/schema.py)."""
+        widen, _ = declared_vs_table(entity, table, self.stored_type)
+        return added_columns(entity, table, staged_types(entity)), widen
 
 
 class Destination:

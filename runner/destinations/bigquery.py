@@ -213,6 +213,38 @@ class BigQueryWriter(StagingWriter):
         schema = schema_fields(staged_types(entity))
         dest.client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
 
+    def table_columns(self, spark: SparkSession, entity: Entity) -> dict[str, str] | None:
+        from google.api_core.exceptions import NotFound
+
+        dest = self.destination
+        table_id = f"{dest.gcp_project}.{entity.staging_schema}.{entity.staging_table}"
+        try:
+            table = dest.client.get_table(table_id)
+        except NotFound:
+            return None
+        return {f.name: spark_of_bq(f) for f in table.schema}
+
+    def stored_type(self, spark_type: str) -> str:
+        kind, precision, scale = bq_type(spark_type)
+        return (
+            _BQ_NAMES.get(kind, kind.lower())
+            if precision is None
+            else f"decimal({precision},{scale})"
+        )
+
+    def _evolve(self, table_id: str, table: str, entity: Entity) -> None:
+        """The columns the batch adds (nullable), then the declared types that widen."""
+        client = self.destination.client
+        existing = client.get_table(table_id)
+        add, widen = self.evolution({f.name: spark_of_bq(f) for f in existing.schema}, entity)
+        if add:
+            existing.schema = [*existing.schema, *schema_fields(dict(add))]
+            client.update_table(existing, ["schema"])
+        for c, t in widen:
+            kind, precision, scale = bq_type(t)
+            spelled = kind if precision is None else f"{kind}({precision}, {scale})"
+            client.query(f"alter table {table} alter column `{c}` set data type {spelled}").result()
+
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
         columns = list(staged_types(entity))
@@ -243,6 +275,7 @@ class BigQueryWriter(StagingWriter):
         schema = self.schema(batch)
         client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
         table = bq_name(project, entity.staging_schema, entity.staging_table)
+        self._evolve(table_id, table, entity)
         hashes = sorted(f.content_hash for f in batch.files)
         by_hash = [bigquery.ArrayQueryParameter("hashes", "STRING", hashes)]
         params = bigquery.QueryJobConfig(query_parameters=by_hash)
@@ -321,6 +354,30 @@ class BigQueryWriter(StagingWriter):
             + f"({', '.join(f's.`{c}`' for c in cols)})"
         )
         client.query(script, job_config=bigquery.QueryJobConfig(query_parameters=params)).result()
+
+
+_BQ_NAMES = {
+    "STRING": "string",
+    "BOOL": "boolean",
+    "BOOLEAN": "boolean",
+    "INT64": "bigint",
+    "INTEGER": "bigint",
+    "FLOAT64": "double",
+    "FLOAT": "double",
+    "DATE": "date",
+    "TIMESTAMP": "timestamp",
+    "BYTES": "binary",
+}
+
+
+def spark_of_bq(field: Any) -> str:
+    """A BigQuery schema field's type as a Spark SQL type (as ``stored_type`` spells one)."""
+    kind = str(field.field_type).upper()
+    if kind in ("NUMERIC", "BIGNUMERIC", "DECIMAL", "BIGDECIMAL"):
+        if field.precision is not None:
+            return f"decimal({field.precision},{field.scale or 0})"
+        return "numeric" if kind in ("NUMERIC", "DECIMAL") else "bignumeric"
+    return _BQ_NAMES.get(kind, kind.lower())
 
 
 def schema_fields(types: dict[str, str]) -> list[Any]:

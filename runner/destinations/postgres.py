@@ -195,6 +195,17 @@ class PostgresWriter(StagingWriter):
         finally:
             conn.close()
 
+    def table_columns(self, spark: SparkSession, entity: Entity) -> dict[str, str] | None:
+        conn = connect(self.target)
+        try:
+            with conn, conn.cursor() as cur:
+                return _columns(cur, entity.staging_schema, entity.staging_table)
+        finally:
+            conn.close()
+
+    def stored_type(self, spark_type: str) -> str:
+        return spark_of_pg(pg_type(spark_type))
+
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
         types = {name: pg_type(t) for name, t in staged_types(entity).items()}
@@ -232,6 +243,12 @@ class PostgresWriter(StagingWriter):
             with conn, conn.cursor() as cur:
                 for stmt in staging_table_ddl(entity):
                     cur.execute(stmt)
+                add, widen = self.evolution(_columns(cur, schema, table) or {}, entity)
+                alter = f"ALTER TABLE {q(schema, table)}"
+                for c, t in add:  # in the load's transaction: a failed load adds nothing
+                    cur.execute(f"{alter} ADD COLUMN {q(c.lower())} {pg_type(t)}")
+                for c, t in widen:
+                    cur.execute(f"{alter} ALTER COLUMN {q(c.lower())} TYPE {pg_type(t)}")
                 for stmt in state_table_ddl(self.state_schema, "staged_files"):
                     cur.execute(stmt)
                 cur.execute(
@@ -266,6 +283,48 @@ class PostgresWriter(StagingWriter):
                 )
         finally:
             conn.close()
+
+
+# PostgreSQL's spellings of types (format_type) as Spark SQL types, to compare with declared ones.
+_PG_NAMES = {
+    "text": "string",
+    "boolean": "boolean",
+    "smallint": "smallint",
+    "integer": "int",
+    "bigint": "bigint",
+    "real": "float",
+    "double precision": "double",
+    "numeric": "numeric",  # unbounded: never equal to a declared decimal(p,s)
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp": "timestamp",
+    "bytea": "binary",
+}
+
+
+def spark_of_pg(pg: str) -> str:
+    """A PostgreSQL type (as ``pg_type`` or ``format_type`` spell it) as a Spark SQL type."""
+    t = re.sub(r"\s+", " ", pg.strip().lower())
+    if t in _PG_NAMES:
+        return _PG_NAMES[t]
+    m = re.fullmatch(r"(numeric|character varying|varchar|character|char)\((.+)\)", t)
+    if m:
+        kind = {"numeric": "decimal", "character varying": "varchar", "character": "char"}
+        return f"{kind.get(m.group(1), m.group(1))}({m.group(2).replace(' ', '')})"
+    return t
+
+
+def _columns(cur: Any, schema: str, table: str) -> dict[str, str] | None:
+    """A table's columns with their types as Spark SQL types; None when it is missing."""
+    cur.execute(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        (schema, table),
+    )
+    rows = cur.fetchall()
+    return {name: spark_of_pg(kind) for name, kind in rows} or None
 
 
 def staging_table_ddl(entity: Entity) -> list[str]:

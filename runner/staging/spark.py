@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
 from runner.entities import INTEGER_TYPES, Entity
+from runner.entities import Column as EntityColumn
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
@@ -48,6 +49,7 @@ from runner.staging.debezium import (
     sequence_base,
 )
 from runner.staging.row_hash import hash_of
+from runner.staging.schema import Evolution, declared_vs_table, evolve, parquet_types
 from runner.staging.validate import open_binary, read_header, scan_text_file, undeclared
 
 log = logging.getLogger("runner.staging")
@@ -74,6 +76,8 @@ class StageResult:
     staged: dict[int, int] = field(default_factory=dict)  # file_id -> rows staged
     quarantined: dict[int, str] = field(default_factory=dict)  # file_id -> reason
     skipped: dict[int, int] = field(default_factory=dict)  # file_id -> Kafka tombstones skipped
+    # file_id -> the columns its File added to the staging table (on_schema_change)
+    added: dict[int, list[EntityColumn]] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -95,7 +99,13 @@ def stage_entity(
     ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog).
     ``effective_date`` is `runner ingest --effective-date`, for snapshot entities that take it."""
     result = StageResult()
+    table = writer.table_columns(spark, entity)
+    _, problem = declared_vs_table(entity, table, writer.stored_type)
+    if problem:  # staging would lose values: every File waits for the declaration to agree
+        result.quarantined.update({f.file_id: f"{f.path.name}: {problem}" for f in files})
+        return result
     groups: dict[tuple[tuple[str, ...], bool], list[FileToStage]] = {}
+    evolved: dict[tuple[tuple[str, ...], bool], Evolution] = {}
     dates: dict[int, date] = {}
     orders: dict[int, str] = {}
     for f in files:
@@ -126,12 +136,18 @@ def stage_entity(
         else:
             assert header is not None
             left_out = undeclared(header, f.path, entity)
-            if left_out:
+            if left_out and not entity.evolves:
                 log.warning(
                     "%s: %s not declared for %s: staged without (meta.cdc.on_schema_change: "
                     "ignore)", f.path.name, ", ".join(repr(c) for c in left_out), entity.name
                 )  # fmt: skip
-            groups.setdefault((tuple(header), whole), []).append(f)
+            key = (tuple(header), whole)
+            if key not in evolved:
+                types = parquet_types(f.path) if entity.format == "parquet" and left_out else None
+                evolved[key] = evolve(entity, header, table, types)
+            if evolved[key].added:
+                result.added[f.file_id] = evolved[key].added
+            groups.setdefault(key, []).append(f)
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
     # A CSV row with the wrong number of fields is malformed only when every column is parsed:
     # with column pruning (Spark's default) a query reading some columns misses it.
@@ -141,7 +157,7 @@ def stage_entity(
         for (columns, whole), group in groups.items():
             _stage_group(
                 spark,
-                entity,
+                evolved[(columns, whole)].entity,
                 list(columns),
                 whole,
                 group,
@@ -321,10 +337,15 @@ def _typed(raw: DataFrame, entity: Entity, header: list[str]) -> DataFrame:
 
     envelope = [ENVELOPE, TS_MS, TOMBSTONE] if entity.format == "debezium" else []
     # A File without the operation column (a DMS full load): each row is operation_missing.
+    # A column the File lacks (sync_all_columns, or one an earlier File added): NULL.
     absent = [
-        F.lit(entity.op_missing_means).alias(RAW + c.name)
+        (
+            F.lit(entity.op_missing_means)
+            if c.name == entity.operation_column
+            else F.lit(None).cast("string")
+        ).alias(RAW + c.name)
         for c in entity.columns
-        if c.name not in header and c.name == entity.operation_column
+        if c.name not in header
     ]
     out = raw.select(
         *[raw_value(c).alias(RAW + c) for c in header],

@@ -164,12 +164,13 @@ def read_header(path: FilePath, entity: Entity) -> tuple[list[str] | None, str |
         return None, f"{path.name}: line 1: empty File, expected a header row"
     header = first
     declared = expected_columns(path, entity)
-    missing = [c for c in declared if c not in header]
+    missing = missing_columns(declared, header, entity)
     if missing:
         return (
             None,
             f"{path.name}: line 1, column {missing[0]!r}: declared column missing from the header"
-            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""),
+            + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else "")
+            + MISSING_HINT,
         )
     extra = [h for h in header if h not in declared]
     if extra and entity.on_schema_change == "fail":
@@ -235,11 +236,12 @@ def _check_names(
     path: FilePath, entity: Entity, header: list[str], where: str
 ) -> tuple[list[str] | None, str | None]:
     declared = expected_columns(path, entity)
-    missing = [c for c in declared if c not in header]
+    missing = missing_columns(declared, header, entity)
     if missing:
         return None, (
             f"{path.name}: column {missing[0]!r}: declared column missing from {where}"
             + (f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else "")
+            + MISSING_HINT
         )
     extra = [h for h in header if h not in declared]
     if extra and entity.on_schema_change == "fail":
@@ -251,11 +253,28 @@ def _check_names(
 
 
 # Said with a File quarantined for a column its entity does not declare.
-SCHEMA_HINT = " (declare it, or set meta.cdc.on_schema_change: ignore to stage the File without it)"
+SCHEMA_HINT = (
+    " (declare it; or set meta.cdc.on_schema_change: append_new_columns to add it to the staging"
+    " table, or ignore to stage the File without it)"
+)
+# Said with a File quarantined for a declared column it lacks.
+MISSING_HINT = (
+    " (meta.cdc.on_schema_change: sync_all_columns stages a missing column as NULL, but for the"
+    " keys, sequence and operation columns, which every File must hold)"
+)
+
+
+def missing_columns(declared: list[str], header: list[str], entity: Entity) -> list[str]:
+    """The declared columns a File lacks that it must hold: all of them, or under
+    sync_all_columns only the required ones (the others are staged as NULL)."""
+    missing = [c for c in declared if c not in header]
+    if entity.on_schema_change == "sync_all_columns":
+        return [c for c in missing if c in entity.required_columns]
+    return missing
 
 
 def undeclared(header: list[str], path: FilePath, entity: Entity) -> list[str]:
     """The columns of a File's header its entity does not declare (left out when
-    meta.cdc.on_schema_change is ignore)."""
+    meta.cdc.on_schema_change is ignore, added to the staging table when it evolves)."""
     declared = set(expected_columns(path, entity))
     return [h for h in header if h not in declared]

@@ -26,6 +26,7 @@ from runner.destinations.base import (
 )
 from runner.destinations.spark.session import build_session
 from runner.errors import ConfigError, IntegrityError, TransientError, disk_full
+from runner.staging.schema import normal
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -288,6 +289,8 @@ class SparkTableWriter(StagingWriter):
         if created:
             out.limit(0).writeTo(table).using(self.table_format).create()
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
+        if not created:
+            self._evolve(spark, table, plain, entity)
         if hashes and not created:  # a new table holds no earlier rows
             spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
         expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
@@ -301,6 +304,26 @@ class SparkTableWriter(StagingWriter):
                 f"{table}: the append committed {after[1]} rows, {expected} were staged"
             )
         self._manifest(spark, batch)
+
+    def table_columns(self, spark: SparkSession, entity: Entity) -> dict[str, str] | None:
+        plain = self._name(entity.staging_schema, entity.staging_table)[1]
+        if not spark.catalog.tableExists(plain):
+            return None
+        return {f.name: f.dataType.simpleString() for f in spark.table(plain).schema.fields}
+
+    def stored_type(self, spark_type: str) -> str:
+        # As staging writes them: char(n) and varchar(n) values are Spark strings.
+        return re.sub(r"^(var)?char\(\d+\)$", "string", normal(spark_type))
+
+    def _evolve(self, spark: SparkSession, table: str, plain: str, entity: Entity) -> None:
+        """The columns the batch adds, then the declared types that widen, in place."""
+        have = {f.name: f.dataType.simpleString() for f in spark.table(plain).schema.fields}
+        add, widen = self.evolution(have, entity)
+        if add:
+            spec = ", ".join(f"{quote(c)} {self.stored_type(t)}" for c, t in add)
+            spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({spec})")
+        for c, t in widen:
+            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(c)} TYPE {self.stored_type(t)}")
 
     def ensure_table(self, spark: SparkSession, entity: Entity) -> None:
         table, plain = self._name(entity.staging_schema, entity.staging_table)
