@@ -247,8 +247,18 @@ class PostgresWriter(StagingWriter):
                 alter = f"ALTER TABLE {q(schema, table)}"
                 for c, t in add:  # in the load's transaction: a failed load adds nothing
                     cur.execute(f"{alter} ADD COLUMN {q(c.lower())} {pg_type(t)}")
-                for c, t in widen:
-                    cur.execute(f"{alter} ALTER COLUMN {q(c.lower())} TYPE {pg_type(t)}")
+                if widen:
+                    # PostgreSQL cannot alter a column a view reads (stg_<entity>): the views
+                    # over the table are made again from their definitions, in this transaction.
+                    # (No CASCADE: anything else that reads them, a materialized view, makes
+                    # the load fail with PostgreSQL's message and changes nothing.)
+                    views = _dependent_views(cur, schema, table)
+                    for view_schema, view, _ in reversed(views):
+                        cur.execute(f"DROP VIEW {q(view_schema, view)}")
+                    for c, t in widen:
+                        cur.execute(f"{alter} ALTER COLUMN {q(c.lower())} TYPE {pg_type(t)}")
+                    for view_schema, view, definition in views:
+                        cur.execute(f"CREATE VIEW {q(view_schema, view)} AS {definition}")
                 for stmt in state_table_ddl(self.state_schema, "staged_files"):
                     cur.execute(stmt)
                 cur.execute(
@@ -312,6 +322,28 @@ def spark_of_pg(pg: str) -> str:
         kind = {"numeric": "decimal", "character varying": "varchar", "character": "char"}
         return f"{kind.get(m.group(1), m.group(1))}({m.group(2).replace(' ', '')})"
     return t
+
+
+def _dependent_views(cur: Any, schema: str, table: str) -> list[tuple[str, str, str]]:
+    """The views that read a table, directly or through other views, as (schema, name,
+    definition), each after the views it reads."""
+    cur.execute(
+        """
+        WITH RECURSIVE deps(oid, depth) AS (
+            SELECT r.ev_class, 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+            WHERE d.refobjid = %(table)s::regclass AND r.ev_class <> %(table)s::regclass
+            UNION
+            SELECT r.ev_class, deps.depth + 1 FROM deps
+            JOIN pg_depend d ON d.refobjid = deps.oid JOIN pg_rewrite r ON r.oid = d.objid
+            WHERE r.ev_class <> deps.oid AND deps.depth < 50
+        )
+        SELECT n.nspname, c.relname, pg_get_viewdef(c.oid), max(deps.depth) FROM deps
+        JOIN pg_class c ON c.oid = deps.oid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind = 'v' GROUP BY n.nspname, c.relname, c.oid ORDER BY max(deps.depth)
+        """,
+        {"table": q(schema, table)},
+    )
+    return [(r[0], r[1], r[2]) for r in cur.fetchall()]
 
 
 def _columns(cur: Any, schema: str, table: str) -> dict[str, str] | None:
