@@ -160,6 +160,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     if "soak" in results:
         soak, when = results["soak"], on.get("soak", "")
         for side, label in (("with_maintenance", "with"), ("without_maintenance", "without")):
+            if side not in soak:
+                continue  # not measured yet
             r = soak[side]
             disk = r["on_disk"]
             first, last = disk[min(disk, key=int)], disk[max(disk, key=int)]

@@ -73,6 +73,8 @@ def one_side(base: Path, name: str, runs: int, every: int | None) -> dict:
                 seconds.append(line["seconds"])
             if i in checkpoints:
                 disk[str(i)] = on_disk(root)
+            if i % 25 == 0:
+                print(f"soak {name}: {i}/{runs} batches", file=sys.stderr, flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=600)
@@ -94,11 +96,16 @@ def one_side(base: Path, name: str, runs: int, every: int | None) -> dict:
     }
 
 
-def soak(base: Path, runs: int = 300, every: int = 50) -> dict:
-    out = {
-        "without_maintenance": one_side(base, "soak_plain", runs, None),
-        "with_maintenance": one_side(base, "soak_maintained", runs, every),
-    }
+SIDES = ("without_maintenance", "with_maintenance")
+
+
+def soak(base: Path, runs: int = 300, every: int = 50, sides: tuple[str, ...] = SIDES) -> dict:
+    """Both sides (or those of ``sides``), one after the other."""
+    out: dict = {}
+    if "without_maintenance" in sides:
+        out["without_maintenance"] = one_side(base, "soak_plain", runs, None)
+    if "with_maintenance" in sides:
+        out["with_maintenance"] = one_side(base, "soak_maintained", runs, every)
     out["target"] = 1.2  # end_to_start with maintenance
     return out
 
@@ -107,9 +114,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--every", type=int, default=50)
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     args = parser.parse_args()
-    result = soak(REPO / "bench" / "work_soak", args.runs, args.every)
-    for side in ("without_maintenance", "with_maintenance"):
+    result = soak(REPO / "bench" / "work_soak", args.runs, args.every, tuple(args.sides))
+    for side in args.sides:
         r = result[side]
         print(side, {k: v for k, v in r.items() if k != "batch_s"})
 
