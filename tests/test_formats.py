@@ -17,14 +17,16 @@ from runner.project import Project
 
 pytestmark = pytest.mark.spark
 
-SOURCES = """
+SOURCES = (
+    """
 version: 2
 sources:
   - name: cdc_formats
     schema: "{{ target.schema }}"
     tables:
-""" + "".join(
-    f"""
+"""
+    + "".join(
+        f"""
       - name: orders_{fmt}
         identifier: orders_{fmt}__staged
         meta:
@@ -42,7 +44,30 @@ sources:
           - {{name: placed_at, data_type: timestamp}}
           - {{name: note, data_type: string}}
 """
-    for fmt in ("json", "parquet", "csvgz")
+        for fmt in ("json", "parquet", "csvgz")
+    )
+    + "".join(  # the same Files, with a field the declaration lacks: added to the staging table
+        f"""
+      - name: orders_{fmt}_grows
+        identifier: orders_{fmt}_grows__staged
+        meta:
+          cdc:
+            landing: "orders_{fmt}_grows/*"
+            format: {fmt}
+            keys: [order_id]
+            sequence: seq
+            operation: {{column: op, preset: debezium}}
+            on_schema_change: append_new_columns
+        columns:
+          - {{name: op, data_type: string}}
+          - {{name: seq, data_type: bigint}}
+          - {{name: order_id, data_type: bigint}}
+          - {{name: amount, data_type: "decimal(10,2)"}}
+          - {{name: placed_at, data_type: timestamp}}
+          - {{name: note, data_type: string}}
+"""
+        for fmt in ("json", "parquet")
+    )
 )
 
 ROWS = [  # op, seq, order_id, amount, placed_at, note
@@ -82,7 +107,9 @@ def _csv(rows: list[tuple]) -> str:
     return buf.getvalue()
 
 
-def _parquet(path: Path, rows: list[tuple], drop: str | None = None) -> None:
+def _parquet(
+    path: Path, rows: list[tuple], drop: str | None = None, points: list | None = None
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -96,6 +123,8 @@ def _parquet(path: Path, rows: list[tuple], drop: str | None = None) -> None:
     }
     if drop:
         cols.pop(drop)
+    if points is not None:  # a column the declaration lacks, typed int64
+        cols["points"] = pa.array(points, pa.int64())
     pq.write_table(pa.table(cols), path)
 
 
@@ -108,8 +137,17 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
     try:
         project = Project.load(spark_project, target="local")
         landing = tmp_path / "landing"
-        for fmt in ("json", "parquet", "csvgz"):
+        for fmt in ("json", "parquet", "csvgz", "json_grows", "parquet_grows"):
             (landing / f"orders_{fmt}").mkdir(parents=True)
+        # A field the declaration lacks, from line 2 on: quarantined by default (fail) with its
+        # line; added to the staging table under append_new_columns (a string from JSON, the
+        # Parquet type from Parquet), NULL where a line lacks it.
+        lines = _json_lines(ROWS[:3]).splitlines()
+        lines[1] = lines[1][:-1] + ', "coupon": "SPRING"}'
+        lines[2] = lines[2][:-1] + ', "coupon": 5}'
+        (landing / "orders_json" / "extra.json").write_text("\n".join(lines) + "\n")
+        (landing / "orders_json_grows" / "a.json").write_text("\n".join(lines) + "\n")
+        _parquet(landing / "orders_parquet_grows" / "a.parquet", ROWS, points=[1, None, 3, 4])
         (landing / "orders_json" / "a.json").write_text(_json_lines(ROWS[:2]), encoding="utf-8")
         with gzip.open(landing / "orders_json" / "b.json.gz", "wt", encoding="utf-8") as fh:
             fh.write(_json_lines(ROWS[2:]))
@@ -136,8 +174,30 @@ def test_json_parquet_and_gzip_files_are_staged_and_broken_ones_quarantined(
             "orders_json",
             "orders_parquet",
             "orders_csvgz",
+            "orders_json_grows",
+            "orders_parquet_grows",
         )
-        states = {Path(f.path).name: f for f in db.files()}
+        states = {Path(f.path).parent.name + "/" + Path(f.path).name: f for f in db.files()}
+        extra = states["orders_json/extra.json"]
+        assert extra.state == "QUARANTINED"
+        assert extra.last_error.startswith(
+            "extra.json: line 2, field 'coupon': not declared for entity 'orders_json'"
+        ), extra.last_error
+        for name in ("orders_json_grows/a.json", "orders_parquet_grows/a.parquet"):
+            assert states[name].state == "STAGED", (name, states[name].last_error)
+        grown = {
+            r["order_id"] * 10 + r["seq"]: r["coupon"]
+            for r in spark.sql("select * from formats_test.orders_json_grows__staged").collect()
+        }
+        assert grown == {11: None, 23: "SPRING", 12: "5"}, grown
+        typed = spark.table("formats_test.orders_parquet_grows__staged").schema["points"]
+        assert typed.dataType.simpleString() == "bigint", typed
+        points = sorted(
+            (r["seq"], r["points"])
+            for r in spark.sql("select * from formats_test.orders_parquet_grows__staged").collect()
+        )
+        assert points == [(1, 1), (2, 3), (3, None), (4, 4)], points
+        states = {k.split("/", 1)[1]: v for k, v in states.items() if "_grows" not in k}
         assert states["broken.json"].state == "QUARANTINED"
         assert "broken.json: line 2, not a valid JSON object" in states["broken.json"].last_error
         assert states["missing.parquet"].state == "QUARANTINED"

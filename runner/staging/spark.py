@@ -50,7 +50,13 @@ from runner.staging.debezium import (
 )
 from runner.staging.row_hash import hash_of
 from runner.staging.schema import Evolution, declared_vs_table, evolve, parquet_types
-from runner.staging.validate import open_binary, read_header, scan_text_file, undeclared
+from runner.staging.validate import (
+    SCHEMA_HINT,
+    open_binary,
+    read_header,
+    scan_text_file,
+    undeclared,
+)
 
 log = logging.getLogger("runner.staging")
 
@@ -106,6 +112,10 @@ def stage_entity(
         return result
     groups: dict[tuple[tuple[str, ...], bool], list[FileToStage]] = {}
     evolved: dict[tuple[tuple[str, ...], bool], Evolution] = {}
+    # JSON lines name their fields line by line: the undeclared ones, per File (one Spark job).
+    json_extra = (
+        _json_fields(spark, entity, files, file_identity) if entity.format == "json" else {}
+    )
     dates: dict[int, date] = {}
     orders: dict[int, str] = {}
     for f in files:
@@ -127,6 +137,10 @@ def stage_entity(
             if when is not None:
                 dates[f.file_id] = when
         header, problem = read_header(f.path, entity)
+        if header is not None and json_extra.get(f.file_id):
+            header = header + json_extra[f.file_id]
+            if entity.on_schema_change == "fail":
+                header, problem = None, undeclared_json_field(f.path, entity, json_extra[f.file_id])
         whole = False
         if not problem and entity.format != "parquet":
             scan = scan_text_file(f.path, entity)
@@ -851,6 +865,56 @@ def _uri_spellings(uri: str) -> set[str]:
         plain = "/" + uri[len("file:") :].lstrip("/")
         return {plain, unquote(urlsplit("file://" + plain).path)}
     return {s for u in (uri, unquote(uri)) for s in same_store_spellings(u)}
+
+
+def _json_fields(
+    spark: SparkSession, entity: Entity, files: list[FileToStage], file_identity: str
+) -> dict[int, list[str]]:
+    """Per JSON-lines File, the fields its lines hold that the entity does not declare, in the
+    order they first appear."""
+    from pyspark.sql import functions as F
+
+    if not files:
+        return {}
+    declared = [c.name for c in entity.columns]
+    text = _identify(spark.read.text([str(f.path) for f in files]), file_identity)
+    found = (
+        text.select(FILE_URI, ID, F.explode(F.expr("json_object_keys(value)")).alias("field"))
+        .where(~F.col("field").isin(declared))
+        .groupBy(FILE_URI, "field")
+        .agg(F.min(ID).alias("first"))
+        .collect()
+    )
+    if not found:
+        return {}
+    by_uri = _match_files(sorted({r[FILE_URI] for r in found}), files)
+    out: dict[int, list[tuple[int, str]]] = {}
+    for r in found:
+        out.setdefault(by_uri[r[FILE_URI]].file_id, []).append((r["first"], r["field"]))
+    return {k: [name for _, name in sorted(v)] for k, v in out.items()}
+
+
+def undeclared_json_field(path: FilePath, entity: Entity, fields: list[str]) -> str:
+    """Why a JSON-lines File with undeclared fields is quarantined, naming the first such
+    field's line (the File is read again up to it: a rare path)."""
+    import json
+
+    wanted = set(fields)
+    with open_binary(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and wanted & record.keys():
+                field = next(k for k in record if k in wanted)
+                return (
+                    f"{path.name}: line {number}, field {field!r}: not declared for entity "
+                    f"{entity.name!r}" + SCHEMA_HINT
+                )
+    return (
+        f"{path.name}: field {fields[0]!r}: not declared for entity {entity.name!r}" + SCHEMA_HINT
+    )
 
 
 def _match_files(uris: list[str], files: list[FileToStage]) -> dict[str, FileToStage]:
