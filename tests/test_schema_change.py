@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.oracles import customers_oracle, naive, shown_customers
-from helpers.project import CHANGES_HISTORY
+from helpers.project import CHANGES_HISTORY, bigquery_rows
 from helpers.scenario import HEADER, ROUND_1, change, change_time, write
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -240,3 +240,28 @@ def test_new_columns_are_added_missing_ones_null_and_types_widen_in_place(
     states = _states(cli)  # (its File quarantined: nothing was applied)
     assert states[narrow.name] == "QUARANTINED", states
     assert {states[p.name] for p in files} == {"COMMITTED"}, states
+
+
+@pytest.mark.bigquery
+def test_a_new_column_reaches_the_tables_on_the_bigquery_emulator(cli_project) -> None:  # noqa: ANN001
+    """append_new_columns on BigQuery's emulator: the staging table gains the column and the
+    current state gains it at the next build (older rows NULL), equal to the oracle. (The change
+    history and dbt snapshots are left out here: docs/declarations.md, Schema changes.)"""
+    cli = cli_project("bigquery", CHANGES_HISTORY)
+    (cli.root / "dbt_project" / "snapshots" / "customers_history.yml").unlink()
+    (cli.root / "dbt_project" / "models" / "customers.sql").write_text(
+        CARRY_NEW_COLUMNS["customers.sql"]
+    )
+    _policy(cli.root, "append_new_columns")
+    landing = cli.root / "landing" / "customers"
+    files = [write(landing / n, rows) for n, rows in ROUND_1.items()]
+    cli.runner("run", "--landing", "landing")
+    files.append(_with_new_column(landing / "20260301-090000000.csv"))
+    out = cli.runner("run", "--landing", "landing")
+    assert "schema change: customers: loyalty added to staging table" in out.stdout, out.stdout
+    current = {
+        r["customer_id"]: (r["name"], r["email"], r["tier"], Decimal(str(r["balance"])),
+                           naive(r["updated_at"]), r["loyalty"])
+        for r in bigquery_rows(cli, "customers")
+    }  # fmt: skip
+    assert current == _current(files)

@@ -21,6 +21,15 @@
   {%- set changes = check_for_schema_changes(source_relation, target_relation) -%}
   {%- if changes['source_not_in_target'] -%}
     {%- do alter_relation_add_remove_columns(target_relation, changes['source_not_in_target'], none) -%}
+    {%- if target.type == 'bigquery' -%}
+      {#- dbt-bigquery adds columns with a schema update; the BigQuery emulator applies that to
+          its metadata only. The same columns added by DDL (a no-op on BigQuery) reach its
+          storage too. -#}
+      {%- for col in changes['source_not_in_target'] -%}
+        {%- do run_query('alter table ' ~ target_relation ~ ' add column if not exists '
+            ~ adapter.quote(col.name) ~ ' ' ~ col.data_type) -%}
+      {%- endfor -%}
+    {%- endif -%}
     {%- do log("cdc: " ~ target_relation ~ ": columns added (older rows NULL): "
         ~ (changes['source_not_in_target'] | map(attribute='name') | join(', ')), info=true) -%}
   {%- endif -%}

@@ -219,10 +219,18 @@ class BigQueryWriter(StagingWriter):
         dest = self.destination
         table_id = f"{dest.gcp_project}.{entity.staging_schema}.{entity.staging_table}"
         try:
-            table = dest.client.get_table(table_id)
+            return self._columns(table_id)
         except NotFound:
             return None
-        return {f.name: spark_of_bq(f) for f in table.schema}
+
+    def _columns(self, table_id: str) -> dict[str, str]:
+        """The table's columns: named as a query reads them (a zero-row query, no bytes
+        scanned), typed by the table's schema where it says more (a NUMERIC's precision)."""
+        client = self.destination.client
+        described = {f.name.lower(): spark_of_bq(f) for f in client.get_table(table_id).schema}
+        project, dataset, table = table_id.split(".")
+        read = client.query(f"select * from {bq_name(project, dataset, table)} where false")
+        return {f.name: described.get(f.name.lower(), spark_of_bq(f)) for f in read.result().schema}
 
     def stored_type(self, spark_type: str) -> str:
         kind, precision, scale = bq_type(spark_type)
@@ -235,11 +243,11 @@ class BigQueryWriter(StagingWriter):
     def _evolve(self, table_id: str, table: str, entity: Entity) -> None:
         """The columns the batch adds (nullable), then the declared types that widen."""
         client = self.destination.client
-        existing = client.get_table(table_id)
-        add, widen = self.evolution({f.name: spark_of_bq(f) for f in existing.schema}, entity)
-        if add:
-            existing.schema = [*existing.schema, *schema_fields(dict(add))]
-            client.update_table(existing, ["schema"])
+        add, widen = self.evolution(self._columns(table_id), entity)
+        for c, t in add:
+            kind, precision, scale = bq_type(t)
+            spelled = kind if precision is None else f"{kind}({precision}, {scale})"
+            client.query(f"alter table {table} add column if not exists `{c}` {spelled}").result()
         for c, t in widen:
             kind, precision, scale = bq_type(t)
             spelled = kind if precision is None else f"{kind}({precision}, {scale})"
@@ -247,7 +255,7 @@ class BigQueryWriter(StagingWriter):
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:
         entity = batch.entity
-        columns = list(staged_types(entity))
+        columns = self._prepare(batch)
         scratch_root = self.destination.scratch_dir()
         scratch_root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"{entity.name}-", dir=scratch_root))
@@ -256,11 +264,27 @@ class BigQueryWriter(StagingWriter):
         try:
             batch.rows.select(*columns).write.mode("overwrite").parquet(str(scratch / "rows"))
             parts = sorted((scratch / "rows").glob("part-*.parquet"))
-            self._load(batch, parts)
+            self._load(batch, parts, columns)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _load(self, batch: StagedBatch, parts: list[Path]) -> None:
+    def _prepare(self, batch: StagedBatch) -> list[str]:
+        """The staging table made (or evolved) for the batch; its columns in the table's
+        order, which a load's file follows."""
+        from google.cloud import bigquery
+
+        dest, entity = self.destination, batch.entity
+        dest.create_dataset(entity.staging_schema)
+        table_id = f"{dest.gcp_project}.{entity.staging_schema}.{entity.staging_table}"
+        dest.client.create_table(
+            bigquery.Table(table_id, schema=self.schema(batch)), exists_ok=True
+        )
+        self._evolve(table_id, bq_name(*table_id.split(".")), entity)
+        staged = staged_types(entity)
+        order = [c for c in self._columns(table_id) if c in staged]
+        return order + [c for c in staged if c not in order]
+
+    def _load(self, batch: StagedBatch, parts: list[Path], columns: list[str]) -> None:
         from google.api_core.exceptions import Conflict
         from google.cloud import bigquery
 
@@ -270,12 +294,10 @@ class BigQueryWriter(StagingWriter):
         lineage = lineage_columns()
         project = dest.gcp_project
         location = dest.project.target.get("location")
-        dest.create_dataset(entity.staging_schema)
         table_id = f"{project}.{entity.staging_schema}.{entity.staging_table}"
-        schema = self.schema(batch)
-        client.create_table(bigquery.Table(table_id, schema=schema), exists_ok=True)
+        types = staged_types(entity)
+        schema = schema_fields({c: types[c] for c in columns})
         table = bq_name(project, entity.staging_schema, entity.staging_table)
-        self._evolve(table_id, table, entity)
         hashes = sorted(f.content_hash for f in batch.files)
         by_hash = [bigquery.ArrayQueryParameter("hashes", "STRING", hashes)]
         params = bigquery.QueryJobConfig(query_parameters=by_hash)

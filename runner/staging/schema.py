@@ -49,6 +49,12 @@ def change(old: str, new: str) -> str:
     if (a, b) == ("float", "double"):
         return "widen"
     da, db = _DECIMAL.match(a), _DECIMAL.match(b)
+    # An unbounded numeric (PostgreSQL's numeric; BigQuery's NUMERIC when the table does not
+    # say its precision) holds every declared decimal.
+    if a in ("numeric", "bignumeric") and db:
+        return "same"
+    if da and b == "numeric":
+        return "widen"
     if da and db:
         same_scale = da.group(2) == db.group(2)
         return "widen" if same_scale and int(db.group(1)) > int(da.group(1)) else "other"
