@@ -110,7 +110,8 @@
 {#- A snapshot's table follows its source's widened types the same way (dbt widens only
     strings there): called by the cdc package's snapshot merge macros, before the merge. -#}
 {% macro widen_columns(target_relation, source_relation) %}
-  {%- if not execute -%}{{ return(none) }}{%- endif -%}
+  {#- only as a snapshot runs (a snapshot merge rendered elsewhere reads no table) -#}
+  {%- if not execute or model is not defined or model.resource_type != 'snapshot' -%}{{ return(none) }}{%- endif -%}
   {%- set old_types = {} -%}
   {%- for col in adapter.get_columns_in_relation(target_relation) -%}
     {%- do old_types.update({col.name | lower: col.data_type}) -%}

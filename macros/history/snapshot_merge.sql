@@ -1,11 +1,11 @@
 {#- Forks of dbt's snapshot merge macros, for snapshots that ask for process ids (others get
-    dbt's own). Each says where it comes from; lines marked "cdc" are the only additions: the
+    dbt's own). Each says where it comes from; lines marked "-- cdc" are the only additions: the
     closing process id and time, set with valid_to, and (for every snapshot) the source's
     widened column types applied to the table first (macros/apply/schema_change.sql). -#}
 
 {#- dbt-spark 1.11 dbt/include/spark/macros/materializations/snapshot.sql (spark, databricks) -#}
 {% macro spark__snapshot_merge_sql(target, source, insert_cols) -%}
-    {%- do cdc.widen_columns(target, source) -%}  {#- cdc -#}
+    {%- do cdc.widen_columns(target, source) -%}  {#- -- cdc: widened types -#}
     {%- if not cdc.snapshot_has_process_ids() -%}
       {{ return(dbt.spark__snapshot_merge_sql(target, source, insert_cols)) }}
     {%- endif -%}
@@ -39,7 +39,7 @@
 
 {#- dbt-postgres 1.11 dbt/include/postgres/macros/materializations/snapshot_merge.sql -#}
 {% macro postgres__snapshot_merge_sql(target, source, insert_cols) -%}
-    {%- do cdc.widen_columns(target, source) -%}  {#- cdc -#}
+    {%- do cdc.widen_columns(target, source) -%}  {#- -- cdc: widened types -#}
     {%- if not cdc.snapshot_has_process_ids() -%}
       {{ return(dbt.postgres__snapshot_merge_sql(target, source, insert_cols)) }}
     {%- endif -%}
@@ -71,7 +71,7 @@
 {#- dbt-core 1.11 dbt/include/global_project/macros/materializations/snapshots/snapshot_merge.sql
     (bigquery) -#}
 {% macro default__snapshot_merge_sql(target, source, insert_cols) -%}
-    {%- do cdc.widen_columns(target, source) -%}  {#- cdc -#}
+    {%- do cdc.widen_columns(target, source) -%}  {#- -- cdc: widened types -#}
     {%- if not cdc.snapshot_has_process_ids() -%}
       {{ return(dbt.default__snapshot_merge_sql(target, source, insert_cols)) }}
     {%- endif -%}

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 
+from runner.contract import lineage_on
 from runner.entities import Column, Entity
 from runner.fs import FilePath, RemoteFile
 
@@ -142,8 +143,6 @@ def evolve(
 @cache
 def lineage_names() -> frozenset[str]:
     """The staged lineage columns' names, lower case: never an entity's column."""
-    from runner.contract import lineage_on
-
     return frozenset(
         c.name.lower() for mode in ("cdc", "snapshot") for c in lineage_on("staged", mode)
     )

@@ -23,6 +23,7 @@ is read by many tasks; a File with such records is read whole (``multiLine``).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -897,8 +898,6 @@ def _json_fields(
 def undeclared_json_field(path: FilePath, entity: Entity, fields: list[str]) -> str:
     """Why a JSON-lines File with undeclared fields is quarantined, naming the first such
     field's line (the File is read again up to it: a rare path)."""
-    import json
-
     wanted = set(fields)
     with open_binary(path) as handle:
         for number, line in enumerate(handle, start=1):
