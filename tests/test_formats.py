@@ -17,6 +17,14 @@ from runner.project import Project
 
 pytestmark = pytest.mark.spark
 
+COLUMNS = """
+          - {name: op, data_type: string}
+          - {name: seq, data_type: bigint}
+          - {name: order_id, data_type: bigint}
+          - {name: amount, data_type: "decimal(10,2)"}
+          - {name: placed_at, data_type: timestamp}
+          - {name: note, data_type: string}
+"""
 SOURCES = (
     """
 version: 2
@@ -36,14 +44,7 @@ sources:
             keys: [order_id]
             sequence: seq
             operation: {{column: op, preset: debezium}}
-        columns:
-          - {{name: op, data_type: string}}
-          - {{name: seq, data_type: bigint}}
-          - {{name: order_id, data_type: bigint}}
-          - {{name: amount, data_type: "decimal(10,2)"}}
-          - {{name: placed_at, data_type: timestamp}}
-          - {{name: note, data_type: string}}
-"""
+        columns:{COLUMNS}"""
         for fmt in ("json", "parquet", "csvgz")
     )
     + "".join(  # the same Files, with a field the declaration lacks: added to the staging table
@@ -58,14 +59,7 @@ sources:
             sequence: seq
             operation: {{column: op, preset: debezium}}
             on_schema_change: append_new_columns
-        columns:
-          - {{name: op, data_type: string}}
-          - {{name: seq, data_type: bigint}}
-          - {{name: order_id, data_type: bigint}}
-          - {{name: amount, data_type: "decimal(10,2)"}}
-          - {{name: placed_at, data_type: timestamp}}
-          - {{name: note, data_type: string}}
-"""
+        columns:{COLUMNS}"""
         for fmt in ("json", "parquet")
     )
 )

@@ -151,6 +151,15 @@ def _policy(root: Path, policy: str, balance: str | None = None) -> None:
     declared.write_text(text)
 
 
+def _without(path: Path, column: str, row: list[str]) -> Path:
+    """A File of one change, written by a source that no longer has ``column``."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        w = csv.writer(handle, lineterminator="\n")
+        w.writerow([h for h in HEADER if h != column])
+        w.writerow([v for h, v in zip(HEADER, row, strict=True) if h != column])
+    return path
+
+
 def _states(cli) -> dict[str, str]:  # noqa: ANN001
     status = json.loads(cli.runner("status", "--json").stdout)
     return {f["path"].rsplit("/", 1)[-1]: f["state"] for f in status}
@@ -199,18 +208,8 @@ def test_new_columns_are_added_missing_ones_null_and_types_widen_in_place(
     # without the sequence is quarantined with what every File must hold; every table's
     # balance is widened in place and holds a value of 14 digits.
     _policy(cli.root, "sync_all_columns", balance="decimal(14,2)")
-    thin = landing / "20260301-100000000.csv"
-    with open(thin, "w", newline="", encoding="utf-8") as handle:
-        w = csv.writer(handle, lineterminator="\n")
-        w.writerow([h for h in HEADER if h != "email"])
-        w.writerow([v for h, v in zip(HEADER, change("U", 60, 2, "thin"), strict=True)
-                    if h != "email"])  # fmt: skip
-    no_seq = landing / "20260301-110000000.csv"
-    with open(no_seq, "w", newline="", encoding="utf-8") as handle:
-        w = csv.writer(handle, lineterminator="\n")
-        w.writerow([h for h in HEADER if h != "AR_H_CHANGE_SEQ"])
-        w.writerow([v for h, v in zip(HEADER, change("U", 61, 4, "x"), strict=True)
-                    if h != "AR_H_CHANGE_SEQ"])  # fmt: skip
+    thin = _without(landing / "20260301-100000000.csv", "email", change("U", 60, 2, "thin"))
+    no_seq = _without(landing / "20260301-110000000.csv", "AR_H_CHANGE_SEQ", change("U", 61, 4))
     wide = change("U", 70, 5, "wide")
     wide[HEADER.index("balance")] = "123456789012.34"
     files += [thin, write(landing / "20260301-120000000.csv", [wide])]

@@ -153,8 +153,9 @@ def declaration_yaml(columns: list[Column]) -> str:
     return "\n".join(f"  - name: {c.name}\n    data_type: {c.data_type}" for c in columns)
 
 
-# Parquet's types as Spark SQL types, for a new column of a Parquet File.
 def parquet_types(path: FilePath) -> dict[str, str]:
+    """A Parquet File's columns with their types as Spark SQL types (for a new column: the
+    File's own type; ``string`` where none fits)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -163,29 +164,21 @@ def parquet_types(path: FilePath) -> dict[str, str]:
             schema = pq.read_schema(handle)
     else:
         schema = pq.read_schema(path)
+    simple = (
+        (pa.types.is_int8, "tinyint"),
+        (pa.types.is_int16, "smallint"),
+        (pa.types.is_int32, "int"),
+        (pa.types.is_int64, "bigint"),
+        (pa.types.is_float32, "float"),
+        (pa.types.is_float64, "double"),
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_date, "date"),
+        (pa.types.is_timestamp, "timestamp"),
+    )
     out = {}
     for f in schema:
-        t = f.type
-        if pa.types.is_int8(t):
-            out[f.name] = "tinyint"
-        elif pa.types.is_int16(t):
-            out[f.name] = "smallint"
-        elif pa.types.is_int32(t):
-            out[f.name] = "int"
-        elif pa.types.is_int64(t):
-            out[f.name] = "bigint"
-        elif pa.types.is_float32(t):
-            out[f.name] = "float"
-        elif pa.types.is_float64(t):
-            out[f.name] = "double"
-        elif pa.types.is_boolean(t):
-            out[f.name] = "boolean"
-        elif pa.types.is_decimal(t):
-            out[f.name] = f"decimal({t.precision},{t.scale})"
-        elif pa.types.is_date(t):
-            out[f.name] = "date"
-        elif pa.types.is_timestamp(t):
-            out[f.name] = "timestamp"
+        if pa.types.is_decimal(f.type):
+            out[f.name] = f"decimal({f.type.precision},{f.type.scale})"
         else:
-            out[f.name] = "string"
+            out[f.name] = next((name for test, name in simple if test(f.type)), "string")
     return out
