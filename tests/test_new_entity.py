@@ -22,10 +22,12 @@ DEBEZIUM = REPO / "landing" / "debezium-defaults" / "products"
 
 
 def _as_json(src: Path, dest: Path) -> Path:
-    """The same rows as JSON lines (numbers as JSON numbers, empty fields left out)."""
+    """The same rows as JSON lines (numbers as JSON numbers, empty fields as null: every line
+    names every field, so the File the declaration is made from names them all; a field the
+    declaration lacks would quarantine a File)."""
     with open(src, encoding="utf-8", newline="") as handle, open(dest, "w") as out:
         for row in csv.DictReader(handle):
-            obj = {k: v for k, v in row.items() if v != ""}
+            obj: dict = {k: (v if v != "" else None) for k, v in row.items()}
             obj["customer_id"] = int(obj["customer_id"])
             out.write(json.dumps(obj) + "\n")
     return dest
