@@ -110,7 +110,7 @@ class StagingWriter:
         add, columns to widen), each (name, Spark SQL type). A change that is not a widening
         never gets here: staging quarantines the Files (runner/staging/schema.py)."""
         widen, _ = declared_vs_table(entity, table, self.stored_type)
-        return added_columns(entity, table, staged_types(entity)), widen
+        return added_columns(table, staged_types(entity)), widen
 
 
 class Destination:

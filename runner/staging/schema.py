@@ -73,7 +73,6 @@ class Evolution:
 
     entity: Entity  # the entity as staged: the declared columns, then the added ones
     added: list[Column] = field(default_factory=list)  # new to the staging table
-    problem: str | None = None  # why the group's Files are quarantined
 
 
 def declared_vs_table(
@@ -103,9 +102,7 @@ def declared_vs_table(
     return widened, None
 
 
-def added_columns(
-    entity: Entity, table: dict[str, str], staged: dict[str, str]
-) -> list[tuple[str, str]]:
+def added_columns(table: dict[str, str], staged: dict[str, str]) -> list[tuple[str, str]]:
     """The staged columns (name, Spark SQL type) the staging table lacks."""
     have = {k.lower() for k in table}
     return [(c, t) for c, t in staged.items() if c.lower() not in have]
