@@ -1,14 +1,14 @@
 """`make bench` part `soak`: does run 300 cost what run 1 costs?
 
 One project (customers only, its sample applied) receives one small File at a time through a
-warm `runner run --watch`, ``runs`` times, each File a batch of its own. Two sides, each in its
-own project root: without maintenance, and with runner.yml's `maintain_every` (retention of the
-staged rows of COMMITTED Files, file_events, Iceberg snapshots older than 0 days). Reported per
-side: the batch time at the start (the median of runs 2 to 11: the first batch starts Spark and
-parses the dbt project) and at the end (the median of the last ten), batches that maintained
-left out of both and timed apart; and at runs 1, 1/3, 2/3 and the last, the files on disk
-under the warehouse (data files, snapshot manifests lists, metadata files) of the staging,
-target and state tables.
+warm `runner run --watch`, ``runs`` times, each File a batch of its own. Two sides, run side by
+side, each in its own project root: without maintenance, and with runner.yml's `maintain_every`
+(retention of the staged rows of COMMITTED Files, file_events, Iceberg snapshots older than 0
+days). Reported per side: the batch time at the start (the median of runs 2 to 11: the first
+batch starts Spark and parses the dbt project) and at the end (the median of the last ten),
+batches that maintained left out of both and timed apart; and at runs 1, 1/3, 2/3 and the last,
+the files on disk under the warehouse (data files, snapshot manifests lists, metadata files) of
+the staging, target and state tables.
 
 Used by bench/run.py; on its own: ``python bench/soak.py [--runs 300] [--every 50]``.
 """
@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -100,12 +101,17 @@ SIDES = ("without_maintenance", "with_maintenance")
 
 
 def soak(base: Path, runs: int = 300, every: int = 50, sides: tuple[str, ...] = SIDES) -> dict:
-    """Both sides (or those of ``sides``), one after the other."""
-    out: dict = {}
-    if "without_maintenance" in sides:
-        out["without_maintenance"] = one_side(base, "soak_plain", runs, None)
-    if "with_maintenance" in sides:
-        out["with_maintenance"] = one_side(base, "soak_maintained", runs, every)
+    """Both sides (or those of ``sides``) side by side: each its own watch process, started
+    together, so both see the same machine from their first batch to their last."""
+    plan = {
+        "without_maintenance": ("soak_plain", None),
+        "with_maintenance": ("soak_maintained", every),
+    }
+    chosen = [side for side in SIDES if side in sides]
+    with ThreadPoolExecutor(max_workers=len(chosen) or 1) as pool:
+        futures = {side: pool.submit(one_side, base, plan[side][0], runs, plan[side][1])
+                   for side in chosen}  # fmt: skip
+        out: dict = {side: future.result() for side, future in futures.items()}
     out["target"] = 1.2  # end_to_start with maintenance
     return out
 
