@@ -23,7 +23,7 @@ from datetime import date
 from typing import Any
 
 from audit import FileRecord
-from runner.dbt_invoke import dbt_command
+from runner.dbt_invoke import dbt_command, quick_flag_source
 from runner.entities import Entity
 from runner.errors import disk_full
 from runner.ingest import IngestResult, ingest
@@ -70,6 +70,7 @@ def dbt_build(
     ``runner``: a ``dbtRunner`` holding an already parsed manifest (watch mode), else a new one."""
     from dbt.cli.main import dbtRunner
 
+    quick_flag_source()
     start = time.perf_counter()
     before = os.environ.get("CDC_PROCESS_ID")
     os.environ["CDC_PROCESS_ID"] = process_id

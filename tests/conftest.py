@@ -31,6 +31,8 @@ from helpers.project import (
     new_schema,
 )
 
+from runner.dbt_invoke import quick_flag_source
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
 
 # This process's SparkSession (the `spark` fixture) keeps its Spark catalog in this schema.
 os.environ["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
+
+# dbt commands run in this process (the runner's, in-process `Cli`s, dbt's adapter suite) name
+# their behavior flags' source as the runner's own do (runner.dbt_invoke.quick_flag_source).
+quick_flag_source()
 
 # -- tiers ------------------------------------------------------------------------------------
 
