@@ -13,9 +13,9 @@ from runner.dbt_invoke import _flag_source
 def _stack_source() -> str:
     """dbt_common's walk, as it is written there (the first module not behavior_flags)."""
     for frame in inspect.stack():
-        if module := inspect.getmodule(frame[0]):
-            if module.__name__ != "dbt_common.behavior_flags":
-                return module.__name__
+        module = inspect.getmodule(frame[0])
+        if module and module.__name__ != "dbt_common.behavior_flags":
+            return module.__name__
     return "Unknown"
 
 
