@@ -13,7 +13,7 @@ help:
 	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
-	@echo "make bench  - benchmarks as side-by-side ratios, docs/performance.md table rewritten (about 2.5 h; not part of make test)"
+	@echo "make bench  - benchmarks as side-by-side ratios, docs/performance.md table rewritten (about 6 h; not part of make test)"
 	@echo "make docs   - the documentation site (README and docs/) built into site/"
 	@echo "make bench-quick - the same harness on small data (a few minutes; bench/results/quick.json)"
 	@echo "make clean  - remove local state (.cdc/, jars/, dbt target/)"

@@ -14,6 +14,19 @@ from pathlib import Path
 START = "<!-- bench-table:start (written by bench/run.py from bench/results/latest.json) -->"
 END = "<!-- bench-table:end -->"
 
+#: The targets the table marks met or missed, whatever the results file recorded when it was
+#: measured (a part measured before a target changed is judged by today's target).
+TARGETS = {
+    "run_to_handwritten": 1.5,  # whole processes, every size
+    "ingest_to_floor": 1.3,  # staging alone
+    "apply_vs_stock_merge_spark": 1.2,
+    "apply_vs_handwritten_postgres": 1.3,
+    "many_small_files": 2.0,
+    "snapshot_hash_vs_full_row": {"10": 1.0, "100": 0.6},  # by non-key columns
+}
+#: The largest whole-process size is measured once; its ratio must not exceed the next one's.
+LARGEST = 20_000_000
+
 
 def _s(seconds: float) -> str:
     return f"{seconds:.1f} s"
@@ -45,7 +58,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 _s(p["runner_run_s"]),
                 _s(p["handwritten_s"]),
                 f"{ratio:.2f}x",
-                _verdict(ratio, p.get("target_run_to_handwritten")),
+                _verdict(ratio, TARGETS["run_to_handwritten"]),
                 on.get(size, ""),
             )
         )
@@ -57,10 +70,25 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     _s(p["runner_ingest_s"]),
                     _s(p["floor_s"]),
                     f"{ratio:.2f}x",
-                    _verdict(ratio, p.get("target_ingest_to_floor")),
+                    _verdict(ratio, TARGETS["ingest_to_floor"]),
                     on.get(size, ""),
                 )
             )
+    if str(LARGEST) in whole and len(whole) > 1:
+        sizes = sorted(whole, key=int)
+        big, prev = whole[sizes[-1]], whole[sizes[-2]]
+        a, b = big["ratio_run_to_handwritten"], prev["ratio_run_to_handwritten"]
+        out.append(
+            (
+                f"`runner run` vs the hand-written job: the ratio at {_rows(int(sizes[-1]))} vs at "
+                f"{_rows(int(sizes[-2]))} rows",
+                f"{a:.2f}x",
+                f"{b:.2f}x",
+                f"{a / b:.2f}",
+                f"no higher, {'met' if a <= b else 'missed'}",
+                on.get(sizes[-1], ""),
+            )
+        )
     if "one_big_file" in results:
         b = results["one_big_file"]
         out.append(
@@ -108,7 +136,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 _s(r[ours]),
                 _s(r[base]),
                 f"{r['ratio']:.2f}x",
-                _verdict(r["ratio"], r.get("target")),
+                _verdict(r["ratio"], TARGETS.get(name, r.get("target"))),
                 on.get(name, ""),
             )
         )
@@ -222,7 +250,9 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     _s(r["hash_apply_nodes_s"]),
                     _s(r["full_row_merge_s"]),
                     f"{r['ratio_nodes_to_full_row']:.2f}x",
-                    "",
+                    _verdict(
+                        r["ratio_nodes_to_full_row"], TARGETS["snapshot_hash_vs_full_row"].get(k)
+                    ),
                     on.get("snapshot_hash_vs_full_row", ""),
                 )
             )
