@@ -44,6 +44,8 @@ markers_t = cast(Table, FileMarker.__table__)
 MARKER_COUNTS = tuple(c.name for c in markers_t.columns if c.name.startswith("rows_"))
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# Files per statement of a batched transition (well under SQLite's bound on parameters).
+BATCH = 500
 # The event that notes a STAGED File held by its transaction group (note_held).
 HELD_NOTE = "built without a marker: held by its transaction group"
 
@@ -457,6 +459,82 @@ class AuditDB:
             newest=True,
         )
 
+    def sightings(self, entity: str, paths: Iterable[str]) -> set[tuple[str, int, datetime]]:
+        """(path, size, mtime) of the Files of ``entity`` registered at one of ``paths``: what
+        :meth:`find_sighting` says for many Files, in one query per ``BATCH`` paths."""
+        wanted = list(dict.fromkeys(paths))
+        out: set[tuple[str, int, datetime]] = set()
+        with self.engine.connect() as conn:
+            for start in range(0, len(wanted), BATCH):
+                query = select(files_t.c.path, files_t.c.size, files_t.c.mtime).where(
+                    files_t.c.entity == entity, files_t.c.path.in_(wanted[start : start + BATCH])
+                )
+                out.update((p, int(n), t) for p, n, t in conn.execute(query).all())
+        return out
+
+    def register_files(self, entries: Sequence[dict[str, Any]]) -> list[Registration]:
+        """:meth:`register_file` of each of ``entries`` (its keyword arguments), in one
+        transaction; when a concurrent registration wins a race, File by File instead."""
+        out: list[Registration] = []
+        try:
+            with self.engine.begin() as conn:
+                for e in entries:
+                    found = (
+                        conn.execute(
+                            select(files_t).where(
+                                files_t.c.entity == e["entity"],
+                                files_t.c.path == e["path"],
+                                files_t.c.content_hash == e["content_hash"],
+                            )
+                        )
+                        .mappings()
+                        .first()
+                    )
+                    if found is not None:
+                        out.append(Registration(FileRecord(**found), created=False))
+                        continue
+                    original = (
+                        conn.execute(
+                            select(files_t.c.id, files_t.c.path).where(
+                                files_t.c.entity == e["entity"],
+                                files_t.c.content_hash == e["content_hash"],
+                                files_t.c.duplicate_of.is_(None),
+                            )
+                        )
+                        .mappings()
+                        .first()
+                    )
+                    state = FileState.PENDING if original is None else FileState.DUPLICATE
+                    now = utcnow()
+                    row = (
+                        conn.execute(
+                            insert(files_t)
+                            .values(
+                                **{k: e[k] for k in ("entity", "path", "size", "mtime")},
+                                content_hash=e["content_hash"],
+                                state=state.value,
+                                attempts=0,
+                                registered_by=e["process_id"],
+                                duplicate_of=original["id"] if original else None,
+                                created_at=now,
+                                updated_at=now,
+                            )
+                            .returning(files_t)
+                        )
+                        .mappings()
+                        .one()
+                    )
+                    detail = (
+                        f"duplicate of File {original['id']} ({original['path']})"
+                        if original
+                        else None
+                    )
+                    self._event(conn, row["id"], None, state.value, e["process_id"], detail)
+                    out.append(Registration(FileRecord(**row), created=True))
+        except IntegrityError:  # somebody registered one of them first
+            return [self.register_file(**e) for e in entries]
+        return out
+
     def _find(self, *, entity: str, path: str, content_hash: str) -> FileRecord | None:
         return self._first(
             files_t.c.entity == entity,
@@ -542,6 +620,57 @@ class AuditDB:
             self._event(conn, file_id, allowed[0], record.state, process_id, detail)
         return record
 
+    def _transition_many(
+        self,
+        file_ids: Sequence[int],
+        from_state: FileState,
+        values: dict[str, Any],
+        *,
+        extra_where: Sequence[Any] = (),
+        process_id: str | None = None,
+        details: dict[int, str | None] | None = None,
+    ) -> list[FileRecord]:
+        """:meth:`_transition` of many Files from one state, in one transaction per
+        ``BATCH`` Files: each File in ``from_state`` (and ``extra_where``) moves, with its
+        event; the others are left as they are and not returned (the caller tells which)."""
+        moved: list[FileRecord] = []
+        for start in range(0, len(file_ids), BATCH):
+            chunk = list(file_ids[start : start + BATCH])
+            with self.engine.begin() as conn:
+                rows = (
+                    conn.execute(
+                        update(files_t)
+                        .where(
+                            files_t.c.id.in_(chunk),
+                            files_t.c.state == from_state.value,
+                            *extra_where,
+                        )
+                        .values(updated_at=utcnow(), **values)
+                        .returning(files_t)
+                    )
+                    .mappings()
+                    .all()
+                )
+                records = sorted((FileRecord(**r) for r in rows), key=lambda r: r.id)
+                if records:
+                    now = utcnow()
+                    conn.execute(
+                        insert(events_t),
+                        [
+                            dict(
+                                file_id=r.id,
+                                from_state=from_state.value,
+                                to_state=r.state,
+                                at=now,
+                                process_id=process_id,
+                                detail=(details or {}).get(r.id),
+                            )
+                            for r in records
+                        ],
+                    )
+            moved.extend(records)
+        return moved
+
     def claim(
         self,
         file_id: int,
@@ -579,7 +708,9 @@ class AuditDB:
         limit: int | None = None,
         lease_seconds: int | None = None,
     ) -> list[FileRecord]:
-        """Claim PENDING Files (oldest first), skipping those another worker wins."""
+        """Claim PENDING Files (oldest first), skipping those another worker wins: one
+        conditional UPDATE per ``BATCH`` Files, so of two workers claiming at once each File
+        goes to exactly one."""
         query = select(files_t.c.id).where(files_t.c.state == FileState.PENDING.value)
         if entity is not None:
             query = query.where(files_t.c.entity == entity)
@@ -588,13 +719,18 @@ class AuditDB:
             query = query.limit(limit)
         with self.engine.connect() as conn:
             candidates = list(conn.execute(query).scalars())
-        claimed = []
-        for file_id in candidates:
-            try:
-                claimed.append(self.claim(file_id, owner, lease_seconds=lease_seconds))
-            except IllegalTransition:
-                continue
-        return claimed
+        expires = utcnow() + timedelta(seconds=lease_seconds or self.lease_seconds)
+        return self._transition_many(
+            candidates,
+            FileState.PENDING,
+            dict(
+                state=FileState.PROCESSING.value,
+                lease_owner=owner,
+                lease_expires_at=expires,
+                attempts=files_t.c.attempts + 1,
+            ),
+            process_id=owner,
+        )
 
     def renew_lease(self, file_id: int, owner: str, *, lease_seconds: int | None = None) -> None:
         expires = utcnow() + timedelta(seconds=lease_seconds or self.lease_seconds)
@@ -628,6 +764,28 @@ class AuditDB:
             extra_where=[files_t.c.lease_owner == owner],
             process_id=process_id,
             detail=detail,
+        )
+
+    def mark_staged_many(
+        self, details: dict[int, str | None], owner: str, process_id: str
+    ) -> list[FileRecord]:
+        """:meth:`mark_staged` of the Files ``details`` names (file id -> detail), in one
+        transaction per ``BATCH`` Files; a File whose lease ``owner`` no longer holds is left
+        as it is and not returned."""
+        return self._transition_many(
+            list(details),
+            FileState.PROCESSING,
+            dict(
+                state=FileState.STAGED.value,
+                staged_by=process_id,
+                staged_at=utcnow(),
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=None,
+            ),
+            extra_where=[files_t.c.lease_owner == owner],
+            process_id=process_id,
+            details=details,
         )
 
     def mark_committed(

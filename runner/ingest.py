@@ -134,27 +134,30 @@ def _register(
     result: IngestResult,
     progress: Progress,
 ) -> None:
-    """Hash and register the Files not seen before (same path, size and mtime)."""
+    """Hash and register the Files not seen before (same path, size and mtime): hashed one by
+    one, then registered together."""
+    seen = db.sightings(entity.name, (str(f.path) for f in files))
+    entries = []
     for landed in files:
         path = str(landed.path)
-        known = db.find_sighting(
-            entity=entity.name, path=path, size=landed.size, mtime=landed.mtime
-        )
-        if known is not None:
+        if (path, landed.size, landed.mtime) in seen:
             progress.advance("hash", entity.name, bytes=0)
             continue  # same path, size and mtime: already hashed and registered
-        reg = db.register_file(
-            entity=entity.name,
-            path=path,
-            size=landed.size,
-            mtime=landed.mtime,
-            content_hash=content_hash(landed.path),
-            process_id=process_id,
+        entries.append(
+            dict(
+                entity=entity.name,
+                path=path,
+                size=landed.size,
+                mtime=landed.mtime,
+                content_hash=content_hash(landed.path),
+                process_id=process_id,
+            )
         )
+        progress.advance("hash", entity.name, bytes=landed.size)
+    for reg in db.register_files(entries) if entries else []:
         if reg.created:
             result.registered += 1
             result.duplicates += reg.file.state == "DUPLICATE"
-        progress.advance("hash", entity.name, bytes=landed.size)
 
 
 class _Stager:
@@ -280,28 +283,29 @@ class _Stager:
             self.result.quarantined += 1
             log.warning("quarantined %s", reason)
         added: dict[str, EntityColumn] = {}
+        details: dict[int, str | None] = {}
+        for file_id in staged.staged:
+            skipped = staged.skipped.get(file_id)
+            notes = [f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"] * bool(skipped)
+            new = staged.added.get(file_id, [])
+            if new:
+                notes.append(
+                    "added to the staging table (meta.cdc.on_schema_change: "
+                    f"{self.entity.on_schema_change}): "
+                    + ", ".join(f"{c.name} {c.data_type}" for c in new)
+                )
+                added.update({c.name: c for c in new})
+            details[file_id] = "; ".join(notes) or None
+        moved = {r.id for r in self.db.mark_staged_many(details, self.process_id, self.process_id)}
         for file_id, rows in staged.staged.items():
-            try:
-                skipped = staged.skipped.get(file_id)
-                details = [f"{skipped} Kafka tombstone(s) skipped (blank or null lines)"] * bool(
-                    skipped
+            if file_id not in moved:  # our lease lapsed and another run took it
+                lost = IllegalTransition(
+                    file_id, "mark_staged", ["PROCESSING"], self.db.get(file_id).state
                 )
-                new = staged.added.get(file_id, [])
-                if new:
-                    details.append(
-                        "added to the staging table (meta.cdc.on_schema_change: "
-                        f"{self.entity.on_schema_change}): "
-                        + ", ".join(f"{c.name} {c.data_type}" for c in new)
-                    )
-                    added.update({c.name: c for c in new})
-                self.db.mark_staged(
-                    file_id, self.process_id, self.process_id, detail="; ".join(details) or None
-                )
-                if details:
-                    log.info("File %s: %s", file_id, "; ".join(details))
-            except IllegalTransition as exc:  # our lease lapsed and another run took it
-                self.result.notes.append(f"File {file_id}: lease lost while staging ({exc})")
+                self.result.notes.append(f"File {file_id}: lease lost while staging ({lost})")
                 continue
+            if details[file_id]:
+                log.info("File %s: %s", file_id, details[file_id])
             self.result.staged += 1
             self.result.rows += rows
         if added:

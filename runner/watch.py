@@ -99,11 +99,8 @@ class _Poll:
         db, new = self.inv.db, 0
         for entity in self.entities:
             files, _ = discover(entity, self.roots, min_age_seconds=self.min_age_seconds)
-            for f in files:
-                known = db.find_sighting(
-                    entity=entity.name, path=str(f.path), size=f.size, mtime=f.mtime
-                )
-                new += known is None
+            seen = db.sightings(entity.name, (str(f.path) for f in files))
+            new += sum((str(f.path), f.size, f.mtime) not in seen for f in files)
         return new
 
     def waiting(self) -> set[int]:

@@ -236,6 +236,77 @@ def test_same_content_is_a_duplicate_and_new_content_under_old_path_is_new(
     assert audit_db.get(other_entity).state == "PENDING"
 
 
+def test_files_registered_together_get_what_one_by_one_gives(audit_db: AuditDB) -> None:
+    """register_files (one transaction): a copy of a File earlier in the same call is its
+    DUPLICATE, a File already known is returned as it is, new content under an old path is a
+    new File, and sightings() says which (path, size, mtime) are known, per entity."""
+    original = register(audit_db, "/landing/customers/a.csv", "f" * 64)
+    pid = new_process_id()
+    audit_db.start_run(pid, "ingest", "local")
+    when = utcnow()
+
+    def entry(path: str, content: str, entity: str = "customers") -> dict:
+        return dict(entity=entity, path=path, size=7, mtime=when, content_hash=content,
+                    process_id=pid)  # fmt: skip
+
+    regs = audit_db.register_files(
+        [
+            entry("/landing/customers/a.csv", "f" * 64),  # known: same path and bytes
+            entry("/landing/customers/b.csv", "b" * 64),
+            entry("/landing/customers/b-copy.csv", "b" * 64),  # a copy of the one before
+            entry("/landing/customers/a.csv", "0" * 64),  # rewritten under an old path
+            entry("/landing/orders/b.csv", "b" * 64, "orders"),  # another entity's
+        ]
+    )
+    known, b, copy, rewritten, orders = regs
+    assert (known.created, known.file.id) == (False, original)
+    assert [r.created for r in regs[1:]] == [True, True, True, True]
+    assert [r.file.state for r in regs[1:]] == ["PENDING", "DUPLICATE", "PENDING", "PENDING"]
+    assert copy.file.duplicate_of == b.file.id
+    assert audit_db.get(copy.file.id).state == "DUPLICATE"
+    assert rewritten.file.id not in (original, b.file.id)
+    assert [(e["from_state"], e["to_state"]) for e in audit_db.events(copy.file.id)] == [
+        (None, "DUPLICATE")
+    ]
+    assert audit_db.events(copy.file.id)[0]["detail"] == (
+        f"duplicate of File {b.file.id} (/landing/customers/b.csv)"
+    )
+    seen = audit_db.sightings(
+        "customers", ["/landing/customers/a.csv", "/landing/customers/b.csv", "/landing/x.csv"]
+    )
+    a_first = audit_db.get(original)
+    assert seen == {
+        ("/landing/customers/a.csv", a_first.size, a_first.mtime),
+        ("/landing/customers/a.csv", 7, when),
+        ("/landing/customers/b.csv", 7, when),
+    }
+    assert audit_db.sightings("orders", ["/landing/customers/b.csv"]) == set()
+
+
+def test_files_claimed_and_staged_together_keep_their_leases(audit_db: AuditDB) -> None:
+    """claim_pending and mark_staged_many move many Files per statement: a File whose lease
+    another run holds is neither staged nor returned, and each moved File has its event."""
+    ids = [register(audit_db, f"/landing/customers/{i}.csv", f"{i:064x}") for i in range(4)]
+    owner, other = new_process_id(), new_process_id()
+    for pid in (owner, other):
+        audit_db.start_run(pid, "ingest", "local")
+    audit_db.claim(ids[3], other)
+    claimed = audit_db.claim_pending(owner)
+    assert [r.id for r in claimed] == ids[:3]
+    assert {(r.state, r.lease_owner, r.attempts) for r in claimed} == {("PROCESSING", owner, 1)}
+    staged = audit_db.mark_staged_many({i: f"note {i}" for i in ids}, owner, owner)
+    assert [r.id for r in staged] == ids[:3]
+    assert [audit_db.get(i).state for i in ids] == ["STAGED"] * 3 + ["PROCESSING"]
+    assert audit_db.get(ids[3]).lease_owner == other
+    history = [(e["from_state"], e["to_state"], e["detail"]) for e in audit_db.events(ids[0])]
+    assert history == [
+        (None, "PENDING", None),
+        ("PENDING", "PROCESSING", None),
+        ("PROCESSING", "STAGED", f"note {ids[0]}"),
+    ]
+    assert [e["to_state"] for e in audit_db.events(ids[3])] == ["PENDING", "PROCESSING"]
+
+
 def test_unique_constraint_forbids_registering_same_content_twice(audit_db: AuditDB) -> None:
     """Bypassing register_file: the database itself refuses a second original."""
     pid = new_process_id()

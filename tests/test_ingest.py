@@ -151,6 +151,16 @@ def test_a_thousand_small_files_are_staged_in_a_handful_of_spark_jobs(
     jobs = sc.statusTracker().getJobIdsForGroup(group)
     print(f"1,000 Files: {len(jobs)} Spark jobs")
     assert result.staged == 1000 and result.rows == 20 + 999 * 3
-    # One read per entity: a listing job, the checks, the write and its manifest; not 1,000.
+    # One read per entity: the checks, the write and its manifest; not 1,000.
     assert 0 < len(jobs) <= 20, f"{len(jobs)} Spark jobs for 1,000 Files"
+    # Nor a task per File: the driver lists local Files (Spark's own listing job past 32
+    # paths has one task per path), and small Files share a task.
+    tracker = sc.statusTracker()
+    tasks = {
+        stage: info.numTasks
+        for job in jobs
+        for stage in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else [])
+        if (info := tracker.getStageInfo(stage)) is not None
+    }
+    assert tasks and max(tasks.values()) < 1000, tasks
     db.dispose()

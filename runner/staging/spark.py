@@ -26,8 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -76,6 +79,7 @@ H1, H2 = "__h1", "__h2"
 EFFECTIVE = "__value_effective_date"
 FILE_ORDER = "__value_file_order"
 CSV_PRUNING = "spark.sql.csv.parser.columnPruning.enabled"
+LISTING = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 
 @dataclass
@@ -166,9 +170,11 @@ def stage_entity(
     ingested_at = datetime.now(UTC).replace(tzinfo=None)
     # A CSV row with the wrong number of fields is malformed only when every column is parsed:
     # with column pruning (Spark's default) a query reading some columns misses it.
-    pruning = spark.conf.get(CSV_PRUNING, None)
-    spark.conf.set(CSV_PRUNING, "false")
-    try:
+    # Local Files are listed by the driver: past Spark's threshold (32 paths) it lists them
+    # with a job of one task per File, seconds for what a stat per File does at once.
+    local = all(isinstance(f.path, Path) for f in files)
+    settings = {CSV_PRUNING: "false", **({LISTING: str(len(files) + 1)} if local else {})}
+    with _session_conf(spark, settings):
         for (columns, whole), group in groups.items():
             _stage_group(
                 spark,
@@ -184,12 +190,23 @@ def stage_entity(
                 dates,
                 orders,
             )
-    finally:
-        if pruning is None:
-            spark.conf.unset(CSV_PRUNING)
-        else:
-            spark.conf.set(CSV_PRUNING, pruning)
     return result
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """The session's ``settings`` while the block runs; each one as it was afterwards."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 DMS_LOAD = re.compile(r"^LOAD(?:_(\d+)_)?([0-9A-Fa-f]+)\.")
