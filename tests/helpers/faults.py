@@ -5,7 +5,7 @@ killer or a lost machine would.
   hash                   on hashing the second new File
   stage-before-manifest  rows written (Iceberg) or about to be loaded (PostgreSQL), before the
                          staged-files manifest
-  stage-after-manifest   manifest written, before the Audit DB marks the File STAGED
+  stage-after-manifest   manifest written, before the Audit DB marks the Files STAGED
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
   reconcile              after the first File is marked COMMITTED
@@ -89,7 +89,7 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
     elif phase == "stage-after-manifest":
         from audit import AuditDB
 
-        patch(AuditDB, "mark_staged", _on_call(1, AuditDB.mark_staged, action))
+        patch(AuditDB, "mark_staged_many", _on_call(1, AuditDB.mark_staged_many, action))
     elif phase == "before-markers":
         from dbt.adapters.postgres.connections import PostgresConnectionManager
         from pyspark.sql import SparkSession
