@@ -50,6 +50,28 @@ BATCH = 500
 HELD_NOTE = "built without a marker: held by its transaction group"
 
 
+def _claim_values(owner: str, expires: datetime) -> dict[str, Any]:
+    """PENDING -> PROCESSING: the lease and one more attempt."""
+    return dict(
+        state=FileState.PROCESSING.value,
+        lease_owner=owner,
+        lease_expires_at=expires,
+        attempts=files_t.c.attempts + 1,
+    )
+
+
+def _staged_values(process_id: str) -> dict[str, Any]:
+    """PROCESSING -> STAGED: who staged it, when; the lease and the last error cleared."""
+    return dict(
+        state=FileState.STAGED.value,
+        staged_by=process_id,
+        staged_at=utcnow(),
+        lease_owner=None,
+        lease_expires_at=None,
+        last_error=None,
+    )
+
+
 def utcnow() -> datetime:
     """Naive UTC, the one time convention of the Audit DB."""
     return datetime.now(UTC).replace(tzinfo=None)
@@ -691,12 +713,7 @@ class AuditDB:
             "claim",
             file_id,
             [FileState.PENDING],
-            dict(
-                state=FileState.PROCESSING.value,
-                lease_owner=owner,
-                lease_expires_at=expires,
-                attempts=files_t.c.attempts + 1,
-            ),
+            _claim_values(owner, expires),
             process_id=owner,
         )
 
@@ -723,12 +740,7 @@ class AuditDB:
         return self._transition_many(
             candidates,
             FileState.PENDING,
-            dict(
-                state=FileState.PROCESSING.value,
-                lease_owner=owner,
-                lease_expires_at=expires,
-                attempts=files_t.c.attempts + 1,
-            ),
+            _claim_values(owner, expires),
             process_id=owner,
         )
 
@@ -753,14 +765,7 @@ class AuditDB:
             "mark_staged",
             file_id,
             [FileState.PROCESSING],
-            dict(
-                state=FileState.STAGED.value,
-                staged_by=process_id,
-                staged_at=utcnow(),
-                lease_owner=None,
-                lease_expires_at=None,
-                last_error=None,
-            ),
+            _staged_values(process_id),
             extra_where=[files_t.c.lease_owner == owner],
             process_id=process_id,
             detail=detail,
@@ -775,14 +780,7 @@ class AuditDB:
         return self._transition_many(
             list(details),
             FileState.PROCESSING,
-            dict(
-                state=FileState.STAGED.value,
-                staged_by=process_id,
-                staged_at=utcnow(),
-                lease_owner=None,
-                lease_expires_at=None,
-                last_error=None,
-            ),
+            _staged_values(process_id),
             extra_where=[files_t.c.lease_owner == owner],
             process_id=process_id,
             details=details,
