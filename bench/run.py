@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -81,6 +82,13 @@ def project_root() -> Path:
     )
     shutil.copytree(REPO / "macros", WORK / "macros")
     link_iceberg_jar(WORK)
+    # Its own Spark catalog in PostgreSQL, which outlives the folder: dropped with it.
+    os.environ["CDC_CATALOG_SCHEMA"] = "cdc_bench_session"
+    subprocess.run(
+        [str(Path(sys.executable).parent / "runner"), "drop-catalog", "--yes", "--target", "local"],
+        cwd=WORK, env={**os.environ, "CDC_HOME": str(WORK)}, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
     from dbt.cli.main import dbtRunner
 
     res = dbtRunner().invoke(
