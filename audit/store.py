@@ -435,38 +435,14 @@ class AuditDB:
         Safe under concurrency: the unique index decides which of two racing registrations
         is the original.
         """
+        entry = dict(entity=entity, path=path, size=size, mtime=mtime,
+                     content_hash=content_hash, process_id=process_id)  # fmt: skip
         for _ in range(3):
-            existing = self._find(entity=entity, path=path, content_hash=content_hash)
-            if existing is not None:
-                return Registration(existing, created=False)
-            original = self._original(entity, content_hash)
-            state = FileState.PENDING if original is None else FileState.DUPLICATE
-            now = utcnow()
-            values = dict(
-                entity=entity,
-                path=path,
-                size=size,
-                mtime=mtime,
-                content_hash=content_hash,
-                state=state.value,
-                attempts=0,
-                registered_by=process_id,
-                duplicate_of=original.id if original else None,
-                created_at=now,
-                updated_at=now,
-            )
             try:
                 with self.engine.begin() as conn:
-                    file_id = conn.execute(
-                        insert(files_t).values(**values).returning(files_t.c.id)
-                    ).scalar_one()
-                    detail = (
-                        f"duplicate of File {original.id} ({original.path})" if original else None
-                    )
-                    self._event(conn, file_id, None, state.value, process_id, detail)
+                    return self._register_in(conn, entry)
             except IntegrityError:
                 continue  # somebody registered it first: look again
-            return Registration(self.get(file_id), created=True)
         raise AuditError(f"could not register {path} for {entity}: conflicting registrations")
 
     def find_sighting(
@@ -497,79 +473,60 @@ class AuditDB:
     def register_files(self, entries: Sequence[dict[str, Any]]) -> list[Registration]:
         """:meth:`register_file` of each of ``entries`` (its keyword arguments), in one
         transaction; when a concurrent registration wins a race, File by File instead."""
-        out: list[Registration] = []
         try:
             with self.engine.begin() as conn:
-                for e in entries:
-                    found = (
-                        conn.execute(
-                            select(files_t).where(
-                                files_t.c.entity == e["entity"],
-                                files_t.c.path == e["path"],
-                                files_t.c.content_hash == e["content_hash"],
-                            )
-                        )
-                        .mappings()
-                        .first()
-                    )
-                    if found is not None:
-                        out.append(Registration(FileRecord(**found), created=False))
-                        continue
-                    original = (
-                        conn.execute(
-                            select(files_t.c.id, files_t.c.path).where(
-                                files_t.c.entity == e["entity"],
-                                files_t.c.content_hash == e["content_hash"],
-                                files_t.c.duplicate_of.is_(None),
-                            )
-                        )
-                        .mappings()
-                        .first()
-                    )
-                    state = FileState.PENDING if original is None else FileState.DUPLICATE
-                    now = utcnow()
-                    row = (
-                        conn.execute(
-                            insert(files_t)
-                            .values(
-                                **{k: e[k] for k in ("entity", "path", "size", "mtime")},
-                                content_hash=e["content_hash"],
-                                state=state.value,
-                                attempts=0,
-                                registered_by=e["process_id"],
-                                duplicate_of=original["id"] if original else None,
-                                created_at=now,
-                                updated_at=now,
-                            )
-                            .returning(files_t)
-                        )
-                        .mappings()
-                        .one()
-                    )
-                    detail = (
-                        f"duplicate of File {original['id']} ({original['path']})"
-                        if original
-                        else None
-                    )
-                    self._event(conn, row["id"], None, state.value, e["process_id"], detail)
-                    out.append(Registration(FileRecord(**row), created=True))
+                return [self._register_in(conn, e) for e in entries]
         except IntegrityError:  # somebody registered one of them first
             return [self.register_file(**e) for e in entries]
-        return out
 
-    def _find(self, *, entity: str, path: str, content_hash: str) -> FileRecord | None:
-        return self._first(
-            files_t.c.entity == entity,
-            files_t.c.path == path,
-            files_t.c.content_hash == content_hash,
+    def _register_in(self, conn: Connection, e: dict[str, Any]) -> Registration:
+        """One File's registration, in ``conn``'s transaction (see :meth:`register_file`)."""
+        found = (
+            conn.execute(
+                select(files_t).where(
+                    files_t.c.entity == e["entity"],
+                    files_t.c.path == e["path"],
+                    files_t.c.content_hash == e["content_hash"],
+                )
+            )
+            .mappings()
+            .first()
         )
-
-    def _original(self, entity: str, content_hash: str) -> FileRecord | None:
-        return self._first(
-            files_t.c.entity == entity,
-            files_t.c.content_hash == content_hash,
-            files_t.c.duplicate_of.is_(None),
+        if found is not None:
+            return Registration(FileRecord(**found), created=False)
+        original = (
+            conn.execute(
+                select(files_t.c.id, files_t.c.path).where(
+                    files_t.c.entity == e["entity"],
+                    files_t.c.content_hash == e["content_hash"],
+                    files_t.c.duplicate_of.is_(None),
+                )
+            )
+            .mappings()
+            .first()
         )
+        state = FileState.PENDING if original is None else FileState.DUPLICATE
+        now = utcnow()
+        row = (
+            conn.execute(
+                insert(files_t)
+                .values(
+                    **{k: e[k] for k in ("entity", "path", "size", "mtime", "content_hash")},
+                    state=state.value,
+                    attempts=0,
+                    registered_by=e["process_id"],
+                    duplicate_of=original["id"] if original else None,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(files_t)
+            )
+            .mappings()
+            .one()
+        )
+        detail = f"duplicate of File {original['id']} ({original['path']})" if original else None
+        self._event(conn, row["id"], None, state.value, e["process_id"], detail)
+        return Registration(FileRecord(**row), created=True)
 
     def _first(self, *conditions: Any, newest: bool = False) -> FileRecord | None:
         query = select(files_t).where(*conditions)
