@@ -445,21 +445,10 @@ class AuditDB:
                 continue  # somebody registered it first: look again
         raise AuditError(f"could not register {path} for {entity}: conflicting registrations")
 
-    def find_sighting(
-        self, *, entity: str, path: str, size: int, mtime: datetime
-    ) -> FileRecord | None:
-        """The newest File for this path with the same size and mtime, to skip re-hashing."""
-        return self._first(
-            files_t.c.entity == entity,
-            files_t.c.path == path,
-            files_t.c.size == size,
-            files_t.c.mtime == mtime,
-            newest=True,
-        )
-
     def sightings(self, entity: str, paths: Iterable[str]) -> set[tuple[str, int, datetime]]:
-        """(path, size, mtime) of the Files of ``entity`` registered at one of ``paths``: what
-        :meth:`find_sighting` says for many Files, in one query per ``BATCH`` paths."""
+        """(path, size, mtime) of the Files of ``entity`` registered at one of ``paths``, in one
+        query per ``BATCH`` paths: a landed File seen with the same size and mtime is not hashed
+        again."""
         wanted = list(dict.fromkeys(paths))
         out: set[tuple[str, int, datetime]] = set()
         with self.engine.connect() as conn:
@@ -527,14 +516,6 @@ class AuditDB:
         detail = f"duplicate of File {original['id']} ({original['path']})" if original else None
         self._event(conn, row["id"], None, state.value, e["process_id"], detail)
         return Registration(FileRecord(**row), created=True)
-
-    def _first(self, *conditions: Any, newest: bool = False) -> FileRecord | None:
-        query = select(files_t).where(*conditions)
-        if newest:
-            query = query.order_by(files_t.c.id.desc())
-        with self.engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
-        return FileRecord(**row) if row else None
 
     # -- transitions --------------------------------------------------------------------
 
