@@ -15,12 +15,13 @@ import shutil
 
 import pytest
 import sqlalchemy as sa
-from helpers.project import REPO
+from helpers.project import REPO, TEST_JAVA_OPTIONS
 
 from audit.store import MARKER_COUNTS as COUNTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
+SMALL_CODE_CACHE = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=10m"
 PHASES = {"spark_start", "reconcile", "discover", "hash", "stage", "dbt_fixed", "dbt_nodes"}
 
 
@@ -197,3 +198,22 @@ def expected_summary(markers: list[dict], staged: int) -> list[dict]:
             "targets": [targets[k] for k in sorted(targets)],
         }
     ]
+
+
+def test_json_stdout_stays_json_when_the_jvm_itself_warns(cli_project) -> None:  # noqa: ANN001
+    """The JVM writes its own warnings (unified logging: "CodeCache is full", ...) to stdout by
+    default; a JVM given a code cache too small to hold what it compiles says so at once, and
+    `--json` must still print nothing but its JSON on stdout, the warning on stderr."""
+    cli = cli_project("local", processes=True)
+    shutil.copytree(REPO / "landing" / "customers", cli.root / "landing" / "customers")
+    for name in ("runner.yml", "profiles.yml"):  # staging's and the target's JVM settings
+        settings = cli.root / name
+        text = settings.read_text()
+        assert TEST_JAVA_OPTIONS in text, name
+        settings.write_text(text.replace(TEST_JAVA_OPTIONS, SMALL_CODE_CACHE))
+    out = cli("runner", "run", "--json", "--landing", "landing")
+    assert "CodeCache is full" in out.stderr, out.stderr  # the JVM did warn
+    assert out.stdout.startswith("{"), out.stdout[:2000]
+    summary = json.loads(out.stdout)  # and stdout is the one JSON object
+    assert summary["ok"], summary
+    assert summary["ingest"]["staged"] == len(list((cli.root / "landing" / "customers").iterdir()))

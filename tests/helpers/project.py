@@ -69,8 +69,10 @@ def new_schema(prefix: str = "cdc_test") -> str:
 # that lives a minute on tiny test data spends more CPU in the C2 compiler than in running
 # queries, and two test workers share two cores. The session's own SparkSession (conftest's
 # `spark`), which lives the whole run, keeps C2. Semantics are the same; users' JVMs keep the
-# JVM's defaults (the copies below are the tests' own).
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# JVM's defaults (the copies below are the tests' own). C1 alone shrinks the JVM's default code
+# cache to 48 MB, which a long-lived watch process fills (then the JVM stops compiling): the
+# tiered default's 240 MB is kept.
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 PROFILE_JVM_ANCHOR = '        spark.ui.enabled: "false"\n'
 
 

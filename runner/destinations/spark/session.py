@@ -163,6 +163,9 @@ def build_session(
 
 
 LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
+JVM_OUTPUT_TO_STDERR = (
+    "-XX:+DisplayVMOutputToStderr -Xlog:disable -Xlog:all=warning:stderr:uptime,level,tags"
+)
 
 
 def _debug() -> bool:
@@ -172,10 +175,17 @@ def _debug() -> bool:
 
 def quiet(conf: dict[str, str]) -> dict[str, str]:
     """``conf`` plus what keeps Spark's WARN lines and stage bars out of a user's terminal
-    (errors still print), unless the settings already say otherwise or ``--debug`` is on."""
+    (errors still print), unless the settings already say otherwise or ``--debug`` is on, and
+    the JVM's own output off stdout."""
     out = dict(conf)
     out.setdefault("spark.ui.showConsoleProgress", "false")
     opts = out.get("spark.driver.extraJavaOptions", "")
+    if JVM_OUTPUT_TO_STDERR not in opts:
+        # The JVM's own output (its log's warnings, "CodeCache is full" and its summary, ...)
+        # goes to stdout by default, where it would break `--json`: to stderr instead, with the
+        # JVM's default log decorations. The settings' own options come after, so theirs win.
+        opts = f"{JVM_OUTPUT_TO_STDERR} {opts}".strip()
+        out["spark.driver.extraJavaOptions"] = opts
     if "log4j2.configurationFile" not in opts and not _debug():
         out["spark.driver.extraJavaOptions"] = (
             f"{opts} -Dlog4j2.configurationFile={LOG4J2.as_uri()}".strip()
