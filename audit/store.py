@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -589,10 +589,12 @@ class AuditDB:
         extra_where: Sequence[Any] = (),
         process_id: str | None = None,
         details: dict[int, str | None] | None = None,
+        then: Callable[[Connection, list[FileRecord]], None] | None = None,
     ) -> list[FileRecord]:
         """:meth:`_transition` of many Files from one state, in one transaction per
         ``BATCH`` Files: each File in ``from_state`` (and ``extra_where``) moves, with its
-        event; the others are left as they are and not returned (the caller tells which)."""
+        event; the others are left as they are and not returned (the caller tells which).
+        ``then(conn, moved)`` runs in each batch's transaction, after its Files moved."""
         moved: list[FileRecord] = []
         for start in range(0, len(file_ids), BATCH):
             chunk = list(file_ids[start : start + BATCH])
@@ -628,6 +630,8 @@ class AuditDB:
                             for r in records
                         ],
                     )
+                    if then is not None:
+                        then(conn, records)
             moved.extend(records)
         return moved
 
@@ -747,10 +751,48 @@ class AuditDB:
             self.record_markers(file_id, process_id, markers)
         return record
 
+    def mark_committed_many(
+        self,
+        found: dict[int, tuple[str | None, Sequence[dict[str, Any]]]],
+        process_id: str,
+    ) -> list[FileRecord]:
+        """:meth:`mark_committed` of the Files ``found`` names (file id -> (detail, markers)),
+        each File's state, event and marker counts in one transaction per ``BATCH`` Files. A
+        File another runner committed since is left out of what is returned; a File in any
+        other state than STAGED or COMMITTED raises :class:`IllegalTransition`."""
+
+        def keep_markers(conn: Connection, records: list[FileRecord]) -> None:
+            for r in records:
+                if found[r.id][1]:
+                    self._keep_markers(conn, r.id, process_id, found[r.id][1])
+
+        moved = self._transition_many(
+            list(found),
+            FileState.STAGED,
+            dict(state=FileState.COMMITTED.value, committed_at=utcnow()),
+            process_id=process_id,
+            details={i: detail for i, (detail, _) in found.items()},
+            then=keep_markers,
+        )
+        done = {r.id for r in moved}
+        for file_id in found:
+            if file_id not in done:
+                actual = self.get(file_id).state
+                if actual != FileState.COMMITTED.value:
+                    raise IllegalTransition(file_id, "mark_committed", ["STAGED"], actual)
+        return moved
+
     def record_markers(
         self, file_id: int, process_id: str, markers: Sequence[dict[str, Any]]
     ) -> None:
         """Keep a File's marker counts (replacing what was kept for the same target tables)."""
+        with self.engine.begin() as conn:
+            self._keep_markers(conn, file_id, process_id, markers)
+
+    @staticmethod
+    def _keep_markers(
+        conn: Connection, file_id: int, process_id: str, markers: Sequence[dict[str, Any]]
+    ) -> None:
         rows = [
             {
                 "file_id": file_id,
@@ -762,14 +804,13 @@ class AuditDB:
             }
             for m in markers
         ]
-        with self.engine.begin() as conn:
-            conn.execute(
-                markers_t.delete().where(
-                    markers_t.c.file_id == file_id,
-                    markers_t.c.target_table.in_([r["target_table"] for r in rows]),
-                )
+        conn.execute(
+            markers_t.delete().where(
+                markers_t.c.file_id == file_id,
+                markers_t.c.target_table.in_([r["target_table"] for r in rows]),
             )
-            conn.execute(insert(markers_t), rows)
+        )
+        conn.execute(insert(markers_t), rows)
 
     def file_markers(self) -> dict[int, list[dict[str, Any]]]:
         """File id -> its kept marker counts, one dict per target table."""

@@ -17,14 +17,13 @@ import logging
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from audit.models import FileState
-from audit.store import IllegalTransition
 from runner.dbt_invoke import parsed_manifest
 from runner.invocation import Invocation
 
@@ -141,6 +140,8 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
         result.waiting += len(staged)
         return result
     targets_of = apply_targets(inv)
+    ready: dict[int, tuple[str | None, Sequence[dict[str, Any]]]] = {}
+    targets: dict[int, list[str]] = {}
     for rec in staged:
         wanted = targets_of.get(rec.entity, set())
         found = [
@@ -149,17 +150,12 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
         if not wanted or {str(m["target_table"]).lower() for m in found} != wanted:
             result.waiting += 1
             continue
-        targets = sorted({m["target_table"] for m in found})
-        try:
-            db.mark_committed(
-                rec.id, process_id, detail=f"marker in {', '.join(targets)}", markers=found
-            )
-        except IllegalTransition as exc:
-            if exc.actual != FileState.COMMITTED.value:
-                raise
-            continue  # another runner reconciled it since we read the STAGED Files
+        targets[rec.id] = sorted({m["target_table"] for m in found})
+        ready[rec.id] = (f"marker in {', '.join(targets[rec.id])}", found)
+    # A File another runner reconciled since we read the STAGED Files is not returned.
+    for moved in db.mark_committed_many(ready, process_id):
         result.committed += 1
-        result.targets[rec.path] = sorted(targets)
+        result.targets[moved.path] = targets[moved.id]
     return result
 
 

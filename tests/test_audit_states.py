@@ -307,6 +307,40 @@ def test_files_claimed_and_staged_together_keep_their_leases(audit_db: AuditDB) 
     assert [e["to_state"] for e in audit_db.events(ids[3])] == ["PENDING", "PROCESSING"]
 
 
+def test_files_committed_together_keep_their_marker_counts_and_skip_the_already_committed(
+    audit_db: AuditDB,
+) -> None:
+    """mark_committed_many: each STAGED File COMMITTED with its event and its marker counts in
+    one transaction; one another run committed since is left out; one in another state (here
+    PENDING) raises and nothing of it changes."""
+    ids = [register(audit_db, f"/landing/customers/{i}.csv", f"{i:064x}") for i in range(4)]
+    pid = new_process_id()
+    audit_db.start_run(pid, "run", "local")
+    audit_db.claim_pending(pid)
+    audit_db.mark_staged_many(dict.fromkeys(ids), pid, pid)
+    audit_db.mark_committed(ids[2], pid)  # another runner was first
+
+    def marker(i: int) -> dict[str, object]:
+        return {"target_table": "cdc.customers", "rows_inserted": i + 1, "rows_updated": 2 * i}
+
+    found = {i: (f"marker {i}", [marker(i)]) for i in ids[:3]}
+    moved = audit_db.mark_committed_many(found, pid)
+    assert [r.id for r in moved] == ids[:2]
+    assert [audit_db.get(i).state for i in ids] == ["COMMITTED"] * 3 + ["STAGED"]
+    history = [(e["from_state"], e["to_state"], e["detail"]) for e in audit_db.events(ids[1])]
+    assert history[-1] == ("STAGED", "COMMITTED", f"marker {ids[1]}")
+    kept = audit_db.file_markers()
+    assert {i: [(m["rows_inserted"], m["rows_updated"]) for m in kept[i]] for i in kept} == {
+        ids[0]: [(ids[0] + 1, 2 * ids[0])],
+        ids[1]: [(ids[1] + 1, 2 * ids[1])],
+    }
+    late = register(audit_db, "/landing/customers/late.csv", "f" * 64)  # PENDING
+    with pytest.raises(IllegalTransition) as caught:
+        audit_db.mark_committed_many({late: (None, [marker(late)])}, pid)
+    assert caught.value.actual == "PENDING"
+    assert audit_db.get(late).state == "PENDING" and late not in audit_db.file_markers()
+
+
 def test_unique_constraint_forbids_registering_same_content_twice(audit_db: AuditDB) -> None:
     """Bypassing register_file: the database itself refuses a second original."""
     pid = new_process_id()

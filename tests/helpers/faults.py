@@ -8,7 +8,8 @@ killer or a lost machine would.
   stage-after-manifest   manifest written, before the Audit DB marks the Files STAGED
   before-markers         local Spark: after the target MERGE, before the markers INSERT;
                          PostgreSQL: the whole apply executed, before its COMMIT
-  reconcile              after the first File is marked COMMITTED
+  reconcile              in the transaction marking Files COMMITTED, their states and events
+                         written, as it keeps the first File's marker counts (before COMMIT)
   bq-load                BigQuery: as the first load job is submitted
   bq-apply               BigQuery: as the apply script (the one writing markers) is submitted
 
@@ -128,7 +129,8 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
     elif phase == "reconcile":
         from audit import AuditDB
 
-        patch(AuditDB, "mark_committed", _on_call(2, AuditDB.mark_committed, action))
+        keep = AuditDB.__dict__["_keep_markers"].__func__
+        patch(AuditDB, "_keep_markers", staticmethod(_on_call(1, keep, action)))
     else:
         raise ValueError(f"unknown phase {phase!r}")
     try:
