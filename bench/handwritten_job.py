@@ -29,6 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from runner.destinations import destination_for
+    from runner.destinations.spark.catalog import ensure_schema
     from runner.entities import load_entities
     from runner.project import Project
 
@@ -37,8 +38,10 @@ def main() -> None:
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
+    conf = destination_for(project).spark_conf()
+    ensure_schema(conf)  # the catalog's schema in PostgreSQL, as a deployment has it
     builder = SparkSession.builder.appName("handwritten")
-    for k, v in destination_for(project).spark_conf().items():
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

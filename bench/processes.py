@@ -31,7 +31,7 @@ DBT_SELECT = ["--select", "+customers", "--exclude", "resource_type:test"]
 
 def fresh_root(base: Path, name: str, landing: Path) -> Path:
     """A project root with the repository's configuration, its own state and ``landing``."""
-    from runner.destinations.spark.session import link_iceberg_jar
+    from runner.destinations.spark.session import link_iceberg_jar, link_jdbc_driver
 
     root = base / name
     shutil.rmtree(root, ignore_errors=True)
@@ -50,6 +50,7 @@ def fresh_root(base: Path, name: str, landing: Path) -> Path:
     (packages / "cdc").symlink_to(REPO / "macros")
     (root / "landing").symlink_to(landing)
     link_iceberg_jar(root)
+    link_jdbc_driver(root)  # the hand-written job reads the same settings, without the runner
     subprocess.run(
         [str(BIN / "runner"), "drop-catalog", "--yes", "--target", "local"],
         cwd=root, env=env(root), capture_output=True, text=True, check=True,
