@@ -199,7 +199,8 @@ class Bench:
         }
 
     # 2. the apply against dbt's stock incremental merge, on the same staged changes
-    def apply_vs_stock(self, rows: int) -> dict:
+    def apply_files(self, rows: int) -> tuple[Path, Path]:
+        """The landing folders of the apply comparisons: the full load, and the change Files."""
         every = self.files(f"apply_{rows}", rows, 10) / "customers"
         load, changes = self.data / "apply_load", self.data / "apply_changes"
         for folder, keep in ((load, True), (changes, False)):
@@ -208,6 +209,10 @@ class Bench:
                 for f in every.iterdir():
                     if (f.name == "LOAD00000001.csv") == keep:
                         shutil.copy(f, folder / "customers" / f.name)
+        return load, changes
+
+    def apply_vs_stock(self, rows: int) -> dict:
+        load, changes = self.apply_files(rows)
         model = self.root / "dbt_project" / "models" / "customers_stock.sql"
         model.write_text(STOCK_MODEL)
         build = ["--exclude", "resource_type:test", "--quiet"]
@@ -247,8 +252,7 @@ class Bench:
     def apply_vs_handwritten_postgres(self, rows: int) -> dict:
         from runner.destinations.postgres import connect
 
-        self.files(f"apply_{rows}", rows, 10)  # the same Files as on Spark
-        load, changes = self.data / "apply_load", self.data / "apply_changes"
+        load, changes = self.apply_files(rows)  # the same Files as on Spark
         build = ["--select", "+customers", "--exclude", "resource_type:test", "--quiet"]
         business = [c.name.lower() for c in self.entity.columns]
         out_cols = ["customer_id", "name", "email", "tier", "balance", "updated_at"]
