@@ -10,11 +10,15 @@
 
 {% macro postgres__create_table_as(temporary, relation, sql) %}
   {%- if temporary and cdc.is_apply_model() -%}
-    {#- The model's rows (the Files without a marker, a group's released parts) are selected
-        under the apply's lock, in the model's transaction: a second build of the table waits
-        here, then selects only what the first left (a part it applied is not counted twice). -#}
+    {#- The model's rows (the Files without a marker, a group's released parts) are read under
+        the apply's lock, in the model's transaction: a second build of the table waits here,
+        then reads only what the first left (a part it applied is not counted twice). A view,
+        not a table: the apply's statements read the staged rows themselves, not a copy of
+        them written first. -#}
+    {%- set sql_header = config.get('sql_header', none) -%}
     {{ return(cdc.postgres_apply_lock(cdc.target_name()) ~ ';\n'
-        ~ dbt.postgres__create_table_as(temporary, relation, sql)) }}
+        ~ (sql_header ~ '\n' if sql_header is not none else '')
+        ~ 'create temporary view ' ~ relation ~ ' as (\n' ~ sql ~ '\n)') }}
   {%- endif -%}
   {%- if temporary or not cdc.is_apply_model() -%}
     {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
