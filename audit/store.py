@@ -737,19 +737,11 @@ class AuditDB:
     ) -> FileRecord:
         """STAGED -> COMMITTED, once the destination holds the Applied File Marker; ``markers``
         (one dict per target table: target_table, the row counts, applied_at, invocation_id)
-        are then kept with the File (for display only: a crash in between leaves a COMMITTED
-        File without its counts, which `runner status` shows blank)."""
-        record = self._transition(
-            "mark_committed",
-            file_id,
-            [FileState.STAGED],
-            dict(state=FileState.COMMITTED.value, committed_at=utcnow()),
-            process_id=process_id,
-            detail=detail,
-        )
-        if markers:
-            self.record_markers(file_id, process_id, markers)
-        return record
+        are kept with the File in the same transaction, for display."""
+        moved = self.mark_committed_many({file_id: (detail, markers)}, process_id)
+        if not moved:  # committed by another runner since
+            raise IllegalTransition(file_id, "mark_committed", ["STAGED"], "COMMITTED")
+        return moved[0]
 
     def mark_committed_many(
         self,
@@ -774,20 +766,19 @@ class AuditDB:
             details={i: detail for i, (detail, _) in found.items()},
             then=keep_markers,
         )
-        done = {r.id for r in moved}
-        for file_id in found:
-            if file_id not in done:
-                actual = self.get(file_id).state
-                if actual != FileState.COMMITTED.value:
-                    raise IllegalTransition(file_id, "mark_committed", ["STAGED"], actual)
+        left = sorted(set(found) - {r.id for r in moved})
+        if left:
+            with self.engine.connect() as conn:
+                rows = conn.execute(
+                    select(files_t.c.id, files_t.c.state).where(files_t.c.id.in_(left))
+                )
+                states: dict[int, str] = {r.id: r.state for r in rows}
+            for file_id in left:
+                if states.get(file_id) != FileState.COMMITTED.value:
+                    raise IllegalTransition(
+                        file_id, "mark_committed", ["STAGED"], states.get(file_id)
+                    )
         return moved
-
-    def record_markers(
-        self, file_id: int, process_id: str, markers: Sequence[dict[str, Any]]
-    ) -> None:
-        """Keep a File's marker counts (replacing what was kept for the same target tables)."""
-        with self.engine.begin() as conn:
-            self._keep_markers(conn, file_id, process_id, markers)
 
     @staticmethod
     def _keep_markers(
