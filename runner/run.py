@@ -133,6 +133,8 @@ RACE_LOST_SIGNS = (
     "table already exists: ",
     "view already exists: ",
     "updated concurrently",  # Iceberg's JDBC catalog: two builds replacing one view at once
+    # ... or creating one table or view at once (the later insert of its catalog row fails)
+    'violates unique constraint "iceberg_tables_pkey"',
     "table_or_view_already_exists",
     # PostgreSQL: two builds replacing one view or table at once (dbt's create, rename, drop)
     "tuple concurrently updated",

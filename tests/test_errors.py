@@ -63,6 +63,10 @@ def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
         "org.apache.iceberg.exceptions.AlreadyExistsException: Table already exists: s.c__cdc_b",
         "org.apache.iceberg.exceptions.AlreadyExistsException: View was updated concurrently: "
         "tx_test.stg_orders",
+        "org.apache.iceberg.jdbc.UncheckedSQLException: Unknown failure\nCaused by: org."
+        "postgresql.util.PSQLException: ERROR: duplicate key value violates unique constraint "
+        '"iceberg_tables_pkey"\n  Detail: Key (catalog_name, table_namespace, table_name)=('
+        "spark_catalog, s, stg_accounts) already exists.",
         "[TABLE_OR_VIEW_NOT_FOUND] The table or view `s`.`accounts__cdc_files` cannot be found.",
         "java.io.FileNotFoundException: File file:/w/s/accounts__cdc_files/data/0-1.parquet "
         "does not exist",
