@@ -164,7 +164,7 @@ def test_apply_equals_the_oracle_and_survives_a_stop_between_any_two_statements(
     batch = stage(LATE_TRUNCATED)
     models = ("customers", "customers_changes_history")
     stops = walk_the_stops(build, models)
-    end = "drop table" if target == "local" else "COMMIT"
+    end = "drop view" if target == "local" else "COMMIT"  # the first drop after the markers
     stopped_before(stops["customers"], "__cdc_truncate", "merge into", "cdc_applied_files", end)
     stopped_before(
         stops["customers_changes_history"], "cdc_history_deletes", "cdc_applied_files", end
@@ -263,7 +263,7 @@ def test_a_target_with_duplicate_keys_is_deduplicated_then_applied_in_one_build(
     stops = walk_the_stops(build, ("customers",))["customers"]
     repair = "insert overwrite table" if target == "local" else "where ctid in"
     stopped_before(stops, repair, "__cdc_batch", "merge into", "cdc_tombstones")
-    stopped_before(stops, "cdc_applied_files", "drop table" if target == "local" else "COMMIT")
+    stopped_before(stops, "cdc_applied_files", "drop view" if target == "local" else "COMMIT")
     rows = read_table(target, spark, project, schema, "customers")
     keys = [r["customer_id"] for r in rows]
     assert len(keys) == len(set(keys))  # one row per key

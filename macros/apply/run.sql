@@ -40,6 +40,8 @@
     {%- set statements = cdc.create_then_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
+  {%- set drop_view = cdc.drop_batch_files_view_sql(target, cdc.entity_settings(cdc.apply_entity()).get('mode', 'cdc')) -%}
+  {%- if drop_view -%}{%- do statements.append(drop_view) -%}{%- endif -%}
   {%- for suffix in cdc.scratch_suffixes() -%}
     {%- do statements.append(cdc.drop_scratch_sql(cdc.scratch_relation(target, suffix))) -%}
   {%- endfor -%}

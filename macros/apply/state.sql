@@ -22,6 +22,9 @@
     {%- if adapter.get_relation(database=rel.database, schema=rel.schema, identifier=rel.identifier) is none -%}
       {%- do adapter.create_schema(api.Relation.create(database=rel.database, schema=rel.schema)) -%}
       {%- do run_query(cdc._state_table_ddl(rel, spec)) -%}
+      {#- known to dbt's relation cache from now on, so the model's next call creates nothing
+          (not on PostgreSQL below: there the table is gone if the model's transaction rolls back) -#}
+      {%- do adapter.cache_added(rel.incorporate(type='table')) -%}
     {%- endif -%}
   {%- endfor -%}
   {{ return('') }}

@@ -166,7 +166,7 @@
       'files': cdc.state_relation('staged_files'),
       'markers': cdc.state_relation('applied_files'),
       'tombstones': cdc.state_relation('tombstones'),
-      'batch_files': cdc.scratch_relation(target, 'files'),
+      'batch_files': cdc.batch_files_relation(target, mode),
       'batch': cdc.scratch_relation(target, 'batch'),
       'ledger': ledger,
       'held_files': cdc.state_relation('held_files'),

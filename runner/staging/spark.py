@@ -539,8 +539,14 @@ class _FileStats:
 def _scan_stats(
     spark: SparkSession, typed: DataFrame, entity: Entity, writer: StagingWriter
 ) -> dict[str, _FileStats]:
-    """Pass 1: every File's blocks, bad rows, exact duplicates and conflicts, in one job
-    (fixed-width aggregates only, so Spark keeps them in a hash map, never sorts)."""
+    """Pass 1: every File's blocks, bad rows, exact duplicates and conflicts (fixed-width
+    aggregates only, so Spark keeps them in a hash map, never sorts).
+
+    Duplicates and conflicts can only be where a File holds one key and sequence twice. One job
+    counts the rows of each File's blocks and, beside it, the good rows per 64-bit hash of
+    (File, key, sequence): a narrow group that holds no values. Only when some hash is on two
+    rows does a second job compare those rows' keys, sequences and values exactly (equal hashes
+    of different keys are told apart there)."""
     from pyspark.sql import functions as F
 
     business = [c.name for c in entity.columns]
@@ -550,83 +556,102 @@ def _scan_stats(
     tombstone = F.col(TOMBSTONE) if entity.format == "debezium" else F.lit(False)
     bad = _error(entity, writer).isNotNull()
     # Ties broken by the line: every row its own group (no duplicates, no conflicts).
-    sequence = F.col(ID) if entity.ordered_by_line else F.col(_sequence_of(entity))
+    by_line = entity.ordered_by_line
+    sequence = F.lit(None) if snapshot or by_line else F.col(_sequence_of(entity))
+    skip = bad | tombstone
+    key_values = [F.col(k) for k in entity.keys]
     rows = typed.select(
         FILE_URI,
         BLOCK,
         ID,
         bad.alias("__bad"),
         tombstone.alias("__tomb"),
-        (bad | tombstone).alias("__skip"),
         *[F.col(k).alias(a) for k, a in zip(entity.keys, keys, strict=True)],
-        (F.lit(None) if snapshot else sequence).alias("__seq"),
+        sequence.alias("__seq"),
+        (
+            F.lit(None).cast("bigint")
+            if by_line
+            else F.when(~skip, F.xxhash64(F.col(FILE_URI), *key_values, sequence))
+        ).alias("__kh"),
         F.xxhash64(*[F.col(c) for c in business]).alias(H1),
         F.hash(*[F.col(c) for c in business]).alias(H2),
         (F.col(eff.column) if eff and eff.column else F.lit(None).cast("date")).alias("__eff"),
     )
-    # In a snapshot File a key is on one row: two rows of a key conflict even when equal.
-    differ = "true" if snapshot else f"min({H1}) <> max({H1}) OR min({H2}) <> max({H2})"
     view = f"__cdc_stage_{id(rows)}"
     rows.createOrReplaceTempView(view)
     try:
-        # Grouping set 1, (file, block): rows, first id, bad rows. Set 2, (file, bad, key,
-        # sequence): groups of more than one good row (duplicates, or conflicts when the
-        # hashes differ). The outer query folds set 2 into one row per File.
         found = spark.sql(
             f"""
-            WITH g AS (
-                SELECT {FILE_URI} AS f, {BLOCK} AS b, grouping({BLOCK}) AS by_key,
-                    count(*) AS n, min({ID}) AS first_id, max({ID}) AS last_id,
-                    count_if(__bad) AS bad, min(CASE WHEN __bad THEN {ID} END) AS first_bad,
-                    count_if(__tomb) AS tomb,
-                    {differ} AS differ,
-                    min(__eff) AS eff_low, min_by({ID}, __eff) AS eff_low_id,
-                    max(__eff) AS eff_high, max_by({ID}, __eff) AS eff_high_id
-                FROM {view}
-                GROUP BY GROUPING SETS (
-                    ({FILE_URI}, {BLOCK}), ({FILE_URI}, __skip, {", ".join(keys)}, __seq))
-                HAVING by_key = 0 OR (count_if(__skip) = 0 AND n > 1)
-            )
-            SELECT f, by_key, CASE WHEN by_key = 0 THEN b END AS b,
-                sum(n) AS n, min(first_id) AS first_id, sum(bad) AS bad, sum(tomb) AS tomb,
-                min(first_bad) AS first_bad,
-                min(eff_low) AS eff_low, min_by(eff_low_id, eff_low) AS eff_low_id,
-                max(eff_high) AS eff_high, max_by(eff_high_id, eff_high) AS eff_high_id,
-                sum(CASE WHEN NOT differ THEN n - 1 ELSE 0 END) AS duplicates,
-                min(CASE WHEN differ THEN first_id END) AS conflict_first,
-                min_by(last_id, CASE WHEN differ THEN first_id END) AS conflict_last
-            FROM g GROUP BY f, by_key, CASE WHEN by_key = 0 THEN b END
+            SELECT {FILE_URI} AS f, {BLOCK} AS b, __kh AS kh, grouping({BLOCK}) AS by_key,
+                count(*) AS n, min({ID}) AS first_id,
+                count_if(__bad) AS bad, min(CASE WHEN __bad THEN {ID} END) AS first_bad,
+                count_if(__tomb) AS tomb,
+                min(__eff) AS eff_low, min_by({ID}, __eff) AS eff_low_id,
+                max(__eff) AS eff_high, max_by({ID}, __eff) AS eff_high_id
+            FROM {view}
+            GROUP BY GROUPING SETS (({FILE_URI}, {BLOCK}), (__kh))
+            HAVING by_key = 0 OR (kh IS NOT NULL AND n > 1)
             """
         ).collect()
+        twice = [int(r["kh"]) for r in found if r["by_key"] != 0]
+        groups = _same_key_and_sequence(spark, view, keys, snapshot, twice) if twice else []
     finally:
         spark.catalog.dropTempView(view)
     stats: dict[str, _FileStats] = {}
     for r in found:
-        st = stats.setdefault(r["f"], _FileStats())
-        if r["by_key"] == 0:
-            st.blocks[int(r["b"])] = (int(r["n"]), int(r["first_id"]))
-            st.bad += int(r["bad"])
-            st.tombstones += int(r["tomb"] or 0)
-            if r["eff_low"] is not None:
-                low, high = (
-                    (r["eff_low"], int(r["eff_low_id"])),
-                    (
-                        r["eff_high"],
-                        int(r["eff_high_id"]),
-                    ),
-                )
-                st.date_low = min(st.date_low or low, low, key=lambda d: d[0])
-                st.date_high = max(st.date_high or high, high, key=lambda d: d[0])
-        elif r["conflict_first"] is not None:
-            st.conflict = (int(r["conflict_first"]), int(r["conflict_last"]))
         if r["by_key"] != 0:
-            st.duplicates += int(r["duplicates"] or 0)
-        elif r["first_bad"] is not None:
+            continue
+        st = stats.setdefault(r["f"], _FileStats())
+        st.blocks[int(r["b"])] = (int(r["n"]), int(r["first_id"]))
+        st.bad += int(r["bad"])
+        st.tombstones += int(r["tomb"] or 0)
+        if r["eff_low"] is not None:
+            low = (r["eff_low"], int(r["eff_low_id"]))
+            high = (r["eff_high"], int(r["eff_high_id"]))
+            st.date_low = min(st.date_low or low, low, key=lambda d: d[0])
+            st.date_high = max(st.date_high or high, high, key=lambda d: d[0])
+        if r["first_bad"] is not None:
             st.bad_ids.append(int(r["first_bad"]))  # the first of its block
+    for r in groups:
+        st = stats[r["f"]]
+        st.duplicates += int(r["duplicates"] or 0)
+        if r["conflict_first"] is not None:
+            st.conflict = (int(r["conflict_first"]), int(r["conflict_last"]))
     for st in stats.values():
         if st.bad_ids:
             st.first_bad = min(st.bad_ids, key=st.row_number)
     return stats
+
+
+def _same_key_and_sequence(
+    spark: SparkSession, view: str, keys: list[str], snapshot: bool, hashes: list[int]
+) -> list[Any]:
+    """Per File, its exact duplicates and its first conflict, among the good rows whose
+    (File, key, sequence) hash is one of ``hashes``: groups of one key and sequence holding
+    more than one row are duplicates when their values are equal, conflicts when not."""
+    # In a snapshot File a key is on one row: two rows of a key conflict even when equal.
+    differ = "true" if snapshot else f"min({H1}) <> max({H1}) OR min({H2}) <> max({H2})"
+    wanted = f"__cdc_twice_{id(hashes)}"
+    spark.createDataFrame([(h,) for h in hashes], "kh bigint").createOrReplaceTempView(wanted)
+    try:
+        return spark.sql(
+            f"""
+            WITH g AS (
+                SELECT {FILE_URI} AS f, count(*) AS n, min({ID}) AS first_id,
+                    max({ID}) AS last_id, {differ} AS differ
+                FROM {view}
+                WHERE __kh IN (SELECT kh FROM {wanted})
+                GROUP BY {FILE_URI}, {", ".join(keys)}, __seq
+                HAVING n > 1
+            )
+            SELECT f, sum(CASE WHEN NOT differ THEN n - 1 ELSE 0 END) AS duplicates,
+                min(CASE WHEN differ THEN first_id END) AS conflict_first,
+                min_by(last_id, CASE WHEN differ THEN first_id END) AS conflict_last
+            FROM g GROUP BY f
+            """
+        ).collect()
+    finally:
+        spark.catalog.dropTempView(wanted)
 
 
 def _explain(

@@ -6,6 +6,41 @@
   {{ return(adapter.dispatch('apply_batch_files_sql', 'cdc')(ctx)) }}
 {% endmacro %}
 {% macro default__apply_batch_files_sql(ctx) %}
+  {{ return(cdc.create_scratch_sql(ctx.batch_files, cdc.batch_files_select(ctx))) }}
+{% endmacro %}
+
+{#- Spark: the Files are read now, as the statements are rendered (nothing runs before this
+    step there), and kept as literals in a temporary view of the session: a few rows that would
+    otherwise be an Iceberg table written, committed and purged by every apply. -#}
+{% macro spark__apply_batch_files_sql(ctx) %}
+  {%- if ctx.batch_files.schema is not none or not execute -%}
+    {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
+  {%- endif -%}
+  {%- set found = run_query(cdc.batch_files_select(ctx)) -%}
+  {%- set counts = ['cdc__rows'] + (['cdc__held'] if ctx.ledger is not none else []) -%}
+  {%- set columns = [] -%}
+  {%- for name in ['file_hash', 'file_name', 'process_id'] -%}
+    {%- do columns.append('cast(null as string) as ' ~ adapter.quote(name)) -%}
+  {%- endfor -%}
+  {%- for name in counts -%}
+    {%- do columns.append('cast(null as bigint) as ' ~ adapter.quote(name)) -%}
+  {%- endfor -%}
+  {%- set rows = [] -%}
+  {%- for r in found.rows -%}
+    {%- set values = [] -%}
+    {%- for v in r.values()[:3] -%}
+      {%- do values.append('cast(null as string)' if v is none else cdc.sql_string(v)) -%}
+    {%- endfor -%}
+    {%- for v in r.values()[3:] -%}{%- do values.append('cast(' ~ (v | int) ~ ' as bigint)') -%}{%- endfor -%}
+    {%- do rows.append('select ' ~ values | join(', ')) -%}
+  {%- endfor -%}
+  {#- the first branch names and types the columns; it holds no row -#}
+  {%- set body = (['select ' ~ columns | join(', ') ~ ' where false'] + rows) | join('\n    union all ') -%}
+  {{ return('create or replace temporary view ' ~ ctx.batch_files ~ ' as ' ~ body) }}
+{% endmacro %}
+
+{#- The Files of this batch, each with its row count (and held rows) in the model's source. -#}
+{% macro batch_files_select(ctx) %}
   {%- set q = adapter.quote -%}
   {%- set sql -%}
     select cdc_files.{{ q('file_hash') }}, cdc_files.{{ q('file_name') }}, cdc_files.{{ q('process_id') }},
@@ -33,5 +68,27 @@
       and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0
         {%- if ctx.ledger is not none %} or cdc_held.n is null{% endif %})
   {%- endset -%}
-  {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
+  {{ return(sql) }}
+{% endmacro %}
+
+{#- Where the batch's Files are kept: a scratch table, or on Spark (not Databricks, not for
+    snapshot applies) a temporary view, which has no schema. -#}
+{% macro batch_files_relation(target, mode) %}
+  {{ return(adapter.dispatch('batch_files_relation', 'cdc')(target, mode)) }}
+{% endmacro %}
+{% macro default__batch_files_relation(target, mode) %}
+  {{ return(cdc.scratch_relation(target, 'files')) }}
+{% endmacro %}
+{% macro databricks__batch_files_relation(target, mode) %}
+  {{ return(cdc.scratch_relation(target, 'files')) }}
+{% endmacro %}
+{% macro spark__batch_files_relation(target, mode) %}
+  {%- if mode == 'snapshot' -%}{{ return(cdc.scratch_relation(target, 'files')) }}{%- endif -%}
+  {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_files', type='view')) }}
+{% endmacro %}
+
+{#- The drop of that temporary view, at the end of the apply ('' where there is none). -#}
+{% macro drop_batch_files_view_sql(target, mode) %}
+  {%- set rel = cdc.batch_files_relation(target, mode) -%}
+  {{ return('drop view if exists ' ~ rel if rel.schema is none else '') }}
 {% endmacro %}
