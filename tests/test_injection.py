@@ -31,3 +31,25 @@ def test_an_entity_name_that_is_not_an_identifier_stops_the_build(cli_project) -
     out = cli.dbt("build", "--select", "stg_customers", "customers", ok=(1,))
     assert "must be a plain identifier" in out.stdout and "or 'a'='a" in out.stdout, out.stdout
     assert "Compilation Error" in out.stdout
+
+
+def test_file_names_with_quotes_backslashes_and_glob_characters_are_applied_as_they_are(
+    cli_project,  # noqa: ANN001
+) -> None:
+    """A File's name reaches Spark's reader (which expands glob patterns: a backslash escapes,
+    brackets and braces match others) and, on Spark, the apply's SQL literals (the batch's Files
+    in a temporary view). Names that would end a literal early, escape its quote or be read as
+    a pattern are staged, applied and marked under their own names."""
+    cli = cli_project("local", without=CHANGES_HISTORY)
+    landing = cli.root / "landing"
+    files = generate_customers(landing / "customers", initial=20, files=3, changes_per_file=5)
+    odd = [
+        files[1].rename(files[1].with_name("it's a \\ test.csv")),
+        files[2].rename(files[2].with_name("x[1]{a,b}*?.csv")),
+    ]
+    out = cli.runner("run", "--landing", str(landing))
+    assert f"{len(files)} staged" in out.stdout and "0 failed" in out.stdout, out.stdout
+    markers = cli.table(f"{cli.schema}.cdc_applied_files")
+    names = sorted(m["file_name"] for m in markers if m["target_table"].endswith(".customers"))
+    landed = [files[0], *odd, *files[3:]]
+    assert names == sorted(f.name for f in landed) and len(landed) == len(files), names

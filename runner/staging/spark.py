@@ -693,7 +693,8 @@ def _stage_group(
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
-    raw = _read(spark, entity, header, [str(f.path) for f in files], file_identity, whole)
+    paths = [literal_path(str(f.path)) for f in files]
+    raw = _read(spark, entity, header, paths, file_identity, whole)
     typed = _typed(raw, entity, header)
     stats = _scan_stats(spark, typed, entity, writer)
     by_uri = _match_files(list(stats), files)
@@ -900,6 +901,16 @@ def _unsortable_sequence(entity: Entity) -> Column:
     )
 
 
+_GLOB_CHARACTERS = re.compile(r"([\\*?\[\]{}])")
+
+
+def literal_path(path: str) -> str:
+    """``path`` as Spark's readers take it literally: they expand glob patterns (Hadoop's, where
+    a backslash escapes the next character), so a File named ``a \\ b.csv`` or ``x[1].csv``
+    would otherwise be "not found" or stand for other Files."""
+    return _GLOB_CHARACTERS.sub(r"\\\1", path)
+
+
 def _uri_spellings(uri: str) -> set[str]:
     """The paths a file URI may stand for: percent-encoded or not, local paths for file:,
     and each scheme spelling of one store (s3a:// and s3://)."""
@@ -920,7 +931,7 @@ def _json_fields(
     if not files:
         return {}
     declared = [c.name for c in entity.columns]
-    text = _identify(spark.read.text([str(f.path) for f in files]), file_identity)
+    text = _identify(spark.read.text([literal_path(str(f.path)) for f in files]), file_identity)
     found = (
         text.select(FILE_URI, ID, F.explode(F.expr("json_object_keys(value)")).alias("field"))
         .where(~F.col("field").isin(declared))

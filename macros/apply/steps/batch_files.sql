@@ -17,14 +17,9 @@
     {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
   {%- endif -%}
   {%- set found = run_query(cdc.batch_files_select(ctx)) -%}
-  {%- set counts = ['cdc__rows'] + (['cdc__held'] if ctx.ledger is not none else []) -%}
-  {%- set columns = [] -%}
-  {%- for name in ['file_hash', 'file_name', 'process_id'] -%}
-    {%- do columns.append('cast(null as string) as ' ~ adapter.quote(name)) -%}
-  {%- endfor -%}
-  {%- for name in counts -%}
-    {%- do columns.append('cast(null as bigint) as ' ~ adapter.quote(name)) -%}
-  {%- endfor -%}
+  {%- set names = ['file_hash', 'file_name', 'process_id', 'cdc__rows'] + (['cdc__held'] if ctx.ledger is not none else []) -%}
+  {%- set quoted = [] -%}
+  {%- for name in names -%}{%- do quoted.append(adapter.quote(name)) -%}{%- endfor -%}
   {%- set rows = [] -%}
   {%- for r in found.rows -%}
     {%- set values = [] -%}
@@ -32,10 +27,17 @@
       {%- do values.append('cast(null as string)' if v is none else cdc.sql_string(v)) -%}
     {%- endfor -%}
     {%- for v in r.values()[3:] -%}{%- do values.append('cast(' ~ (v | int) ~ ' as bigint)') -%}{%- endfor -%}
-    {%- do rows.append('select ' ~ values | join(', ')) -%}
+    {%- do rows.append('(' ~ values | join(', ') ~ ')') -%}
   {%- endfor -%}
-  {#- the first branch names and types the columns; it holds no row -#}
-  {%- set body = (['select ' ~ columns | join(', ') ~ ' where false'] + rows) | join('\n    union all ') -%}
+  {%- if rows -%}
+    {%- set body = 'select * from values ' ~ rows | join(',\n      ') ~ ' as cdc_files(' ~ quoted | join(', ') ~ ')' -%}
+  {%- else -%}
+    {%- set empty = [] -%}
+    {%- for name in quoted -%}
+      {%- do empty.append('cast(null as ' ~ ('string' if loop.index <= 3 else 'bigint') ~ ') as ' ~ name) -%}
+    {%- endfor -%}
+    {%- set body = 'select ' ~ empty | join(', ') ~ ' where false' -%}
+  {%- endif -%}
   {{ return('create or replace temporary view ' ~ ctx.batch_files ~ ' as ' ~ body) }}
 {% endmacro %}
 
