@@ -84,9 +84,13 @@
 {% macro databricks__batch_files_relation(target, mode) %}
   {{ return(cdc.scratch_relation(target, 'files')) }}
 {% endmacro %}
+{#- A temporary view has no schema: its name carries a hash of the target's schema and name, so
+    that two apply models of one name in two schemas, built at once in one session (threads),
+    never share it. -#}
 {% macro spark__batch_files_relation(target, mode) %}
   {%- if mode == 'snapshot' -%}{{ return(cdc.scratch_relation(target, 'files')) }}{%- endif -%}
-  {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_files', type='view')) }}
+  {%- set tag = local_md5((target.schema ~ '.' ~ target.identifier) | lower)[:12] -%}
+  {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_files_' ~ tag, type='view')) }}
 {% endmacro %}
 
 {#- The drop of that temporary view, at the end of the apply ('' where there is none). -#}
