@@ -17,9 +17,9 @@
     {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
   {%- endif -%}
   {%- set found = run_query(cdc.batch_files_select(ctx)) -%}
-  {%- set names = ['file_hash', 'file_name', 'process_id', 'cdc__rows'] + (['cdc__held'] if ctx.ledger is not none else []) -%}
+  {#- the columns as batch_files_select names them: three strings, then the counts -#}
   {%- set quoted = [] -%}
-  {%- for name in names -%}{%- do quoted.append(adapter.quote(name)) -%}{%- endfor -%}
+  {%- for name in found.column_names -%}{%- do quoted.append(adapter.quote(name)) -%}{%- endfor -%}
   {%- set rows = [] -%}
   {%- for r in found.rows -%}
     {%- set values = [] -%}
