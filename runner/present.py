@@ -172,7 +172,39 @@ def print_summary(entities: list[Any], console: Console) -> None:
     console.print(render(entities, rich=True, width=console.width), soft_wrap=False)
 
 
-def report_ingest(process_id: str, result: Any) -> int:
+def ingest_counts(result: Any) -> dict[str, Any]:
+    """What one ingest registered, staged and set aside: `runner ingest --json` and the
+    ``ingest`` object of `runner run --json`."""
+    return {
+        "registered": result.registered,
+        "duplicates": result.duplicates,
+        "staged": result.staged,
+        "rows": result.rows,
+        "quarantined": result.quarantined,
+        "failed": result.failed,
+        "retrying": result.retrying,
+        "committed_by_reconcile": result.committed,
+        "schema_changes": result.schema_changes,
+        "notes": result.notes,
+    }
+
+
+def report_ingest(process_id: str, result: Any, as_json: bool = False) -> int:
+    """`runner ingest`'s output; the number of Files quarantined or failed."""
+    bad = int(result.quarantined + result.failed)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "process_id": process_id,
+                    "ok": not bad,
+                    **ingest_counts(result),
+                    "phases": result.phases.as_json(),
+                },
+                default=str,
+            )
+        )
+        return bad
     for note in result.notes:
         log.warning(note)
     for change in result.schema_changes:
@@ -183,7 +215,6 @@ def report_ingest(process_id: str, result: Any) -> int:
         f"{result.failed} failed"
         + (f"; {result.committed} committed by reconcile" if result.committed else "")
     )
-    bad = int(result.quarantined + result.failed)
     if bad:
         click.echo(
             f"{result.quarantined} File(s) quarantined and {result.failed} failed; "
@@ -219,21 +250,12 @@ def report_run(
     """`runner run`'s output: one JSON object, or the ingest line, the summary per entity, the
     Audit DB's counts, the tables' rows and the time per phase."""
     if as_json:
-        ing = result.ingest
         click.echo(
             json.dumps(
                 {
                     "process_id": process_id,
                     "ok": result.ok,
-                    "ingest": {
-                        "registered": ing.registered,
-                        "duplicates": ing.duplicates,
-                        "staged": ing.staged,
-                        "rows": ing.rows,
-                        "quarantined": ing.quarantined,
-                        "failed": ing.failed,
-                        "schema_changes": ing.schema_changes,
-                    },
+                    "ingest": ingest_counts(result.ingest),
                     "nothing_new": result.nothing_new,
                     "dbt_ok": result.dbt_ok,
                     "dbt_error": result.dbt_error,

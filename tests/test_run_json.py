@@ -15,6 +15,7 @@ import shutil
 
 import pytest
 import sqlalchemy as sa
+from helpers.oracles import HEADER
 from helpers.project import REPO, TEST_JAVA_OPTIONS
 
 from audit.store import MARKER_COUNTS as COUNTS
@@ -26,11 +27,7 @@ PHASES = {"spark_start", "reconcile", "discover", "hash", "stage", "dbt_fixed", 
 
 
 def data_rows(folder) -> int:  # noqa: ANN001
-    total = 0
-    for path in folder.iterdir():
-        with open(path, newline="", encoding="utf-8") as handle:
-            total += sum(1 for _ in csv.reader(handle)) - 1
-    return total
+    return data_rows_of(list(folder.iterdir()))
 
 
 def test_run_json_reports_counts_and_phases_and_keeps_partial_parsing(cli_project, request) -> None:  # noqa: ANN001
@@ -217,3 +214,38 @@ def test_json_stdout_stays_json_when_the_jvm_itself_warns(cli_project) -> None: 
     summary = json.loads(out.stdout)  # and stdout is the one JSON object
     assert summary["ok"], summary
     assert summary["ingest"]["staged"] == len(list((cli.root / "landing" / "customers").iterdir()))
+
+
+def test_ingest_json_is_one_object_with_the_counts_and_exit_1_for_a_quarantined_file(
+    cli_project,  # noqa: ANN001
+) -> None:
+    """`runner ingest --json`: stdout is one JSON object whose counts equal the landing Files
+    (one of them malformed), with the time of each phase; the exit code says a File was
+    quarantined; a second run finds nothing new and exits 0."""
+    cli = cli_project("postgres")
+    landing = cli.root / "landing" / "customers"
+    shutil.copytree(REPO / "landing" / "customers", landing)
+    good = sorted(landing.iterdir())
+    (landing / "99990101-000000000.csv").write_text(HEADER + "U,1,2\n")  # too few fields
+
+    first = json.loads(cli.runner("ingest", "--json", "--landing", "landing", ok=(1,)).stdout)
+    assert not first["ok"], first
+    assert (first["registered"], first["staged"], first["quarantined"], first["failed"]) == (
+        len(good) + 1,
+        len(good),
+        1,
+        0,
+    ), first
+    assert first["rows"] == data_rows_of(good)
+    assert {"discover", "hash", "stage"} <= set(first["phases"]), first["phases"]
+
+    again = json.loads(cli.runner("ingest", "--json", "--landing", "landing").stdout)
+    assert again["ok"] and (again["registered"], again["staged"], again["rows"]) == (0, 0, 0)
+
+
+def data_rows_of(files: list) -> int:
+    total = 0
+    for path in files:
+        with open(path, newline="", encoding="utf-8") as handle:
+            total += sum(1 for _ in csv.reader(handle)) - 1
+    return total

@@ -155,6 +155,7 @@ def _ingest_args(
 @click.command()
 @global_options
 @ingest_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: counts and phase times.")
 @click.pass_obj
 def ingest(
     obj: Context,
@@ -163,12 +164,14 @@ def ingest(
     settle: float,
     min_age: float,
     effective_date: Any,
+    as_json: bool,
 ) -> None:
     """Reconcile, then find, hash, register and stage new Files.
 
     Exits 1 when any File was quarantined or failed.
     """
-    with recorded_run(obj.invocation(), "ingest") as run, closing(for_terminal()) as progress:
+    bars = Progress() if as_json else for_terminal()
+    with recorded_run(obj.invocation(), "ingest") as run, closing(bars) as progress:
         result = run_ingest(
             run.inv,
             run.process_id,
@@ -177,7 +180,7 @@ def ingest(
             **_ingest_args(landing, entities, settle, min_age, effective_date),
         )
         progress.close()
-        bad = present.report_ingest(run.process_id, result)
+        bad = present.report_ingest(run.process_id, result, as_json)
         run.outcome = "failed" if bad else "ok"
         if bad:
             raise SystemExit(ExitCode.FILES_FAILED)
