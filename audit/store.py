@@ -590,11 +590,13 @@ class AuditDB:
         process_id: str | None = None,
         details: dict[int, str | None] | None = None,
         then: Callable[[Connection, list[FileRecord]], None] | None = None,
+        at: datetime | None = None,
     ) -> list[FileRecord]:
         """:meth:`_transition` of many Files from one state, in one transaction per
         ``BATCH`` Files: each File in ``from_state`` (and ``extra_where``) moves, with its
         event; the others are left as they are and not returned (the caller tells which).
-        ``then(conn, moved)`` runs in each batch's transaction, after its Files moved."""
+        ``then(conn, moved)`` runs in each batch's transaction, after its Files moved; ``at``
+        is the time recorded (now unless given)."""
         moved: list[FileRecord] = []
         for start in range(0, len(file_ids), BATCH):
             chunk = list(file_ids[start : start + BATCH])
@@ -607,7 +609,7 @@ class AuditDB:
                             files_t.c.state == from_state.value,
                             *extra_where,
                         )
-                        .values(updated_at=utcnow(), **values)
+                        .values(updated_at=at or utcnow(), **values)
                         .returning(files_t)
                     )
                     .mappings()
@@ -615,7 +617,7 @@ class AuditDB:
                 )
                 records = sorted((FileRecord(**r) for r in rows), key=lambda r: r.id)
                 if records:
-                    now = utcnow()
+                    now = at or utcnow()
                     conn.execute(
                         insert(events_t),
                         [
@@ -1022,48 +1024,34 @@ class AuditDB:
             )
             values: dict[str, Any]
             if pinned:
+                error = why + " while it held only this File"
                 values = dict(
                     state=case(
                         (files_t.c.attempts >= self.max_attempts, FileState.FAILED.value),
                         else_=FileState.PENDING.value,
                     ),
-                    last_error=why + " while it held only this File",
                 )
             else:
+                error = why + f" with {len(ids)} Files in flight (not counted)"
                 values = dict(
                     state=FileState.PENDING.value,
                     attempts=case((files_t.c.attempts > 0, files_t.c.attempts - 1), else_=0),
                     lapses=files_t.c.lapses + 1,
-                    last_error=why + f" with {len(ids)} Files in flight (not counted)",
                 )
-            with self.engine.begin() as conn:
-                rows = (
-                    conn.execute(
-                        update(files_t)
-                        .where(
-                            files_t.c.id.in_(ids),
-                            files_t.c.state == FileState.PROCESSING.value,
-                            (files_t.c.lease_owner == owner)
-                            if owner is not None
-                            else files_t.c.lease_owner.is_(None),
-                        )
-                        .values(lease_owner=None, lease_expires_at=None, updated_at=now, **values)
-                        .returning(files_t)
-                    )
-                    .mappings()
-                    .all()
-                )
-                for row in rows:
-                    rec = FileRecord(**row)
-                    reclaimed.append(rec)
-                    self._event(
-                        conn,
-                        rec.id,
-                        FileState.PROCESSING.value,
-                        rec.state,
-                        process_id,
-                        rec.last_error,
-                    )
+            owned = (
+                (files_t.c.lease_owner == owner)
+                if owner is not None
+                else files_t.c.lease_owner.is_(None)
+            )
+            reclaimed += self._transition_many(
+                ids,
+                FileState.PROCESSING,
+                dict(lease_owner=None, lease_expires_at=None, last_error=error, **values),
+                extra_where=[owned],
+                process_id=process_id,
+                details=dict.fromkeys(ids, error),
+                at=now,
+            )
         return Recovery(aborted, reclaimed)
 
     def requeue_many(
