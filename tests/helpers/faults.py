@@ -15,7 +15,8 @@ killer or a lost machine would.
 
 and `walk_the_stops(build, models)`: dbt builds, each stopped before a statement that writes of
 each named apply model that no build stopped before yet, until one runs to the end: every
-point between two statements of an apply path is one build's end.
+point between two statements of an apply path is one build's end (a run of drops of scratch
+objects counts as one point: before its first drop).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
 WRITES = re.compile(
     r"(insert|merge|delete|update|create|drop|truncate|alter|replace|commit)\b", re.I
 )  # matched against _start(): the statement without its leading comments
+DROP = re.compile(r"drop\b", re.I)
 
 
 def _model_of(name: str | None, models: tuple[str, ...]) -> str | None:
@@ -179,13 +181,18 @@ def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -
     add_query = SQLConnectionManager.add_query
     stopped: dict[str, str] = {}
     seen: dict[tuple[str, str], int] = {}
+    last: dict[str, str] = {}  # model -> its last writing statement's start in this build
 
     def one(self: Any, model: str, sql: str, args: tuple, kwargs: dict) -> Any:
         start = _start(sql)
         if WRITES.match(start) and model not in stopped:
             times = seen.get((model, start), 0)
             seen[(model, start)] = times + 1
-            if (model, start, times) not in passed:
+            # A run of drops (the scratch objects', each `if exists`) is one point to stop
+            # at: stopping between two of them leaves what stopping before the first leaves.
+            after_drop = DROP.match(start) and DROP.match(last.get(model, ""))
+            last[model] = start
+            if not after_drop and (model, start, times) not in passed:
                 passed.add((model, start, times))
                 stopped[model] = start
                 raise InjectedFailure(f"injected failure before `{start[:60]}` of {model}")
