@@ -74,7 +74,10 @@
 {#- Built from the start (first run, --full-refresh), an apply model reads every staged File of
     its entity: refuse when `runner maintain`'s retention removed some Files' rows (the table
     would silently miss their changes), unless the build says it wants what is left:
-    --vars '{cdc_rebuild_from_retained: true}'. Files staged with no rows are not counted. -#}
+    --vars '{cdc_rebuild_from_retained: true}'. Files staged with no rows are not counted.
+    The staged rows' File hashes are made distinct before the NOT IN: Spark builds a NOT IN's
+    subquery into one broadcast hash table (millions of rows otherwise, which at 20M rows
+    exhausts the driver's heap), and PostgreSQL hashes it only when it fits work_mem. -#}
 {% macro check_rebuild_complete(entity) %}
   {%- if not execute or var('cdc_rebuild_from_retained', false) -%}{{ return(none) }}{%- endif -%}
   {%- set staged = cdc.staging_relation(entity) -%}
@@ -87,7 +90,7 @@
     where cdc_files.{{ q('entity') }} = {{ cdc.sql_string(entity) }}
       and cdc_files.{{ q('staged_rows') }} > 0
       and cdc_files.{{ q('file_hash') }} not in (
-        select cdc_rows.{{ q(cdc.lineage_columns().file_hash) }} from {{ staged }} as cdc_rows
+        select distinct cdc_rows.{{ q(cdc.lineage_columns().file_hash) }} from {{ staged }} as cdc_rows
       )
   {%- endset -%}
   {%- set row = run_query(sql).rows[0] -%}
