@@ -54,7 +54,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         ratio = p["ratio_run_to_handwritten"]
         out.append(
             (
-                f"`runner run` vs the hand-written Spark MERGE job, {n} rows ({reps} runs)",
+                f"`runner run` vs the hand-written Spark MERGE job, {n} rows "
+                f"({reps} run{'s' if reps != 1 else ''})",
                 _s(p["runner_run_s"]),
                 _s(p["handwritten_s"]),
                 f"{ratio:.2f}x",

@@ -318,17 +318,21 @@ from cdc_status
 {% endmacro %}
 
 {#- Per File of a member, `aggregate` (as n) over its staged rows whose transaction is neither
-    released nor quarantined (alias cdc_st): a parenthesised select to join on cdc_file_hash. -#}
+    released nor quarantined (alias cdc_st): a parenthesised select to join on cdc_file_hash.
+    An anti join by equality, not NOT IN: the ledger keeps every transaction ever settled, and
+    Spark builds a NOT IN's subquery into one broadcast hash table, which millions of
+    transactions would not fit in the driver's heap. -#}
 {% macro held_rows_sql(ctx, aggregate) %}
   {%- set q = adapter.quote -%}
   {%- set sql -%}
     (
       select cdc_st.{{ ctx.lin.file_hash }} as cdc_file_hash, {{ aggregate }} as n
       from {{ ctx.staged }} as cdc_st
-      where cdc_st.{{ ctx.tx_column }} is not null and cdc_st.{{ ctx.tx_column }} not in (
-        select cdc_ledger.{{ q('transaction_id') }} from {{ ctx.ledger }} as cdc_ledger
+      left join (
+        select cdc_ledger.{{ q('transaction_id') }} as cdc_settled_tx from {{ ctx.ledger }} as cdc_ledger
         where cdc_ledger.{{ q('status') }} in ('released', 'quarantined')
-      )
+      ) as cdc_settled on cdc_settled.cdc_settled_tx = cdc_st.{{ ctx.tx_column }}
+      where cdc_st.{{ ctx.tx_column }} is not null and cdc_settled.cdc_settled_tx is null
       group by cdc_st.{{ ctx.lin.file_hash }}
     )
   {%- endset -%}
