@@ -62,37 +62,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("budget_test_seconds", "one test's time budget (a warning)", default="")
 
 
-# The longest tests (minutes each: fault walks, kills, real processes) start first, so that
-# `make test`'s two workers (-n 2 --dist load --maxschedchunk 1: tests handed out one at a
-# time in collection order) end together instead of one running the longest test alone.
-FIRST = (
-    "test_transactions.py::test_a_group_applies_exactly",
-    "test_apply.py::test_apply_equals_the_oracle",
-    "test_crash_recovery.py::",
-    "test_contract.py::",
-    "test_snapshot.py::test_daily_extracts",
-    "test_watch.py::",
-    "test_servers.py::test_postgresql",
-    "test_full_disk.py::",
-    "test_new_entity.py::",
-    "test_run_cost.py::",
-    "test_catalog.py::test_two_runners",
-    "test_cluster.py::",
-    "test_transactions.py::",
-    "test_real_sources.py::test_files_as_dms_and_debezium",
-    "test_bigquery.py::",
-)
+# Slowest first: `make test`'s two workers (-n 2 --dist load --maxschedchunk 1: tests handed
+# out one at a time in collection order) end together instead of one running a long test alone.
+# The order comes from tests/durations.json, each test's seconds in the last recorded run
+# (`make test-record` rewrites it); a test not in it yet counts as UNMEASURED seconds.
+DURATIONS_FILE = Path(__file__).parent / "durations.json"
+UNMEASURED = 30.0
 
 
-def _first(item: pytest.Item) -> int:
-    return next((n for n, part in enumerate(FIRST) if part in item.nodeid), len(FIRST))
+def recorded_durations() -> dict[str, float]:
+    """Each test's seconds in the last recorded run (tests/durations.json), by node id."""
+    import json
+
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS_FILE.read_text()).items()}
+    except FileNotFoundError:
+        return {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test in exactly one tier: `fast` (no JVM, no server) or the markers of what it
     needs (from the fixtures it uses, and its own marks, such as a `postgres` parameter);
-    the longest tests first (FIRST)."""
-    items.sort(key=_first)  # stable: the rest keep their order
+    the slowest tests first (tests/durations.json)."""
+    seconds = recorded_durations()
+    items.sort(key=lambda item: -seconds.get(item.nodeid, UNMEASURED))  # stable
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             if fixture in NEEDS:
@@ -159,6 +152,18 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         tr.write_line(
             f"warning: {len(slow)} test(s) over the one-test budget of {one:.0f} s", yellow=True
         )
+    if os.environ.get("CDC_TEST_RECORD") and not hasattr(config, "workerinput"):
+        _record(tr)
+
+
+def _record(tr: Any) -> None:
+    """`make test-record`: this run's seconds per test into tests/durations.json (tests not
+    run this time keep theirs; tests no longer collected are dropped by the suite's check)."""
+    import json
+
+    merged = recorded_durations() | {k: round(v, 1) for k, v in _DURATIONS.items()}
+    DURATIONS_FILE.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+    tr.write_line(f"recorded {len(_DURATIONS)} tests' seconds in {DURATIONS_FILE}")
 
 
 # -- servers ----------------------------------------------------------------------------------

@@ -168,14 +168,17 @@ def _start(sql: str) -> str:
 
 
 @contextlib.contextmanager
-def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -> Iterator[dict]:
+def stopped_at_new(
+    passed: set[tuple[str, str, int]], models: tuple[str, ...], only: re.Pattern | None = None
+) -> Iterator[dict]:
     """Within the block, each of ``models`` fails (InjectedFailure) instead of running its
     first writing statement not in ``passed`` (model, statement start, how many times that
     start came before in this build); it is added to ``passed``. On local Spark the
     statements before it are committed, one by one, as a killed process leaves them; on
     PostgreSQL the model's multi-statement apply is sent here one statement at a time in its
     transaction, so that each is reachable, and dbt rolls the transaction back as the server
-    does for a dead client. Yields {model: the statement it stopped before}."""
+    does for a dead client. ``only``: stop only before statements it matches (searched in the
+    statement's start). Yields {model: the statement it stopped before}."""
     from dbt.adapters.sql.connections import SQLConnectionManager
 
     add_query = SQLConnectionManager.add_query
@@ -192,7 +195,8 @@ def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -
             # at: stopping between two of them leaves what stopping before the first leaves.
             after_drop = DROP.match(start) and DROP.match(last.get(model, ""))
             last[model] = start
-            if not after_drop and (model, start, times) not in passed:
+            chosen = only is None or only.search(start)
+            if chosen and not after_drop and (model, start, times) not in passed:
                 passed.add((model, start, times))
                 stopped[model] = start
                 raise InjectedFailure(f"injected failure before `{start[:60]}` of {model}")
@@ -216,18 +220,22 @@ def stopped_at_new(passed: set[tuple[str, str, int]], models: tuple[str, ...]) -
 
 
 def walk_the_stops(
-    build: Callable[[], Any], models: tuple[str, ...], limit: int = 40
+    build: Callable[[], Any],
+    models: tuple[str, ...],
+    limit: int = 40,
+    only: re.Pattern | None = None,
 ) -> dict[str, list[str]]:
     """``build()`` (a dbtRunner result) again and again, each time stopped before the first
     statement of each of ``models`` that no build stopped before yet (so every statement of
     the apply, those that appear only on a rerun too, is once the next to run), until a build
     finds none: that last one, the same command with nothing stopped, must succeed. Each
-    stopped build fails only where it was stopped. Returns each model's statements stopped
-    before (their start), in order."""
+    stopped build fails only where it was stopped. ``only``: the statements to stop before
+    (the rest run as they are), for a walk that proves only what differs from a full walk
+    elsewhere. Returns each model's statements stopped before (their start), in order."""
     passed: set[tuple[str, str, int]] = set()
     stops: dict[str, list[str]] = {}
     for _ in range(limit):
-        with stopped_at_new(passed, models) as stopped:
+        with stopped_at_new(passed, models, only) as stopped:
             res = build()
         if not stopped:
             assert res.success, f"the build after the stops failed: {res.exception}"
