@@ -4,13 +4,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup jdbc-driver demo test test-fast lint format bench bench-quick bq-up bq-down clean help docs
+.PHONY: setup jdbc-driver demo test test-fast test-record lint format bench bench-quick bq-up bq-down clean help docs
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
 	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
 	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
+	@echo "make test-record - make test, then each test's seconds into tests/durations.json (docs/testing.md)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks as side-by-side ratios, docs/performance.md table rewritten (about 6 h; not part of make test)"
@@ -63,6 +64,11 @@ TEST_WORKERS ?= 2
 
 test: setup
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
+
+# The same, then each test's seconds into tests/durations.json (the slowest-first order and the
+# suite's ceiling: docs/testing.md).
+test-record: setup
+	CDC_TEST_RECORD=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The fast tier (tests/conftest.py marks it): no Java, no PostgreSQL, no emulator. Both are made
 # unreachable here, so a test that needs one and is not marked fails instead of passing.

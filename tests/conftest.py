@@ -60,6 +60,11 @@ SLOW_MARKERS = ("spark", "postgres", "bigquery")
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("budget_suite_seconds", "the whole suite's time budget (a warning)", default="")
     parser.addini("budget_test_seconds", "one test's time budget (a warning)", default="")
+    parser.addini(
+        "recorded_suite_ceiling_seconds",
+        "tests/durations.json's total on two workers may not exceed it (tests/test_suite_rules.py)",
+        default="",
+    )
 
 
 # Slowest first: `make test`'s two workers (-n 2 --dist load --maxschedchunk 1: tests handed
