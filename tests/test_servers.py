@@ -70,10 +70,16 @@ def _with_server_down(cli: Cli, server: PrivatePostgres, phase: str, *args: str)
 @pytest.mark.postgres
 @pytest.mark.parametrize("target", ["postgres", "local"])
 def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_back(
-    tmp_path: Path, server: PrivatePostgres, target: str
+    tmp_path: Path, server: PrivatePostgres, target: str, request: pytest.FixtureRequest
 ) -> None:
     root = make_project(tmp_path / "repo", CHANGES_HISTORY)
-    cli = Cli(root, target, "servers", **server.env)
+    # The run the server leaves is a process; the runs around it are in-process on the
+    # postgres target (on local Spark the server holds the catalog, which this process's
+    # session does not use).
+    in_process = target == "postgres"
+    if in_process:
+        request.getfixturevalue("spark")
+    cli = Cli(root, target, "servers", in_process=in_process, **server.env)
     link_package(root)
     link_iceberg_jar(root)
     files = generate_customers(tmp_path / "pool", initial=40, files=len(PHASES[target]) * 2,
@@ -102,7 +108,9 @@ def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_b
 @pytest.mark.bigquery
 @pytest.mark.parametrize("phase", ["bq-load", "bq-apply"])
 def test_the_bigquery_emulator_going_away_mid_run_loses_nothing_and_applies_nothing_twice(
-    tmp_path: Path, phase: str
+    tmp_path: Path,
+    phase: str,
+    spark,  # noqa: ANN001
 ) -> None:
     """The emulator (its state kept on disk) killed as a load job or the apply script is sent,
     and started again on its port a few seconds later, as a service comes back: the run either
@@ -119,7 +127,10 @@ def test_the_bigquery_emulator_going_away_mid_run_loses_nothing_and_applies_noth
         pytest.fail(f"the BigQuery emulator could not start: {exc} (`make setup`)", pytrace=False)
     try:
         root = make_project(tmp_path / "repo", CHANGES_HISTORY)
-        cli = Cli(root, "bigquery", new_schema(), CDC_BQ_ENDPOINT=emulator.endpoint)
+        # The run the emulator leaves is a process; the runs around it are in-process.
+        cli = Cli(
+            root, "bigquery", new_schema(), in_process=True, CDC_BQ_ENDPOINT=emulator.endpoint
+        )
         cli.env["CDC_TEST_BQ_PID"] = str(emulator.process.pid)
         link_package(root)
         files = generate_customers(tmp_path / "pool", initial=40, files=2, changes_per_file=15)
