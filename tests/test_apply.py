@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.faults import stopped_before, walk_the_stops
+from helpers.faults import SPARK_COMMITS, stopped_before, walk_the_stops
 from helpers.project import dbt_build, drop_database, link_package, make_project, query, read_table
 from helpers.scenario import (
     BROKEN,
@@ -163,8 +163,10 @@ def test_apply_equals_the_oracle_and_survives_a_stop_between_any_two_statements(
     # its counts are checked below.)
     batch = stage(LATE_TRUNCATED)
     models = ("customers", "customers_changes_history")
-    stops = walk_the_stops(build, models)
-    end = "drop view" if target == "local" else "COMMIT"  # the first drop after the markers
+    # On local Spark before each commit (SPARK_COMMITS): what a kill can leave there.
+    only = SPARK_COMMITS if target == "local" else None
+    stops = walk_the_stops(build, models, only=only)
+    end = "drop table" if target == "local" else "COMMIT"  # after the markers
     stopped_before(stops["customers"], "__cdc_truncate", "merge into", "cdc_applied_files", end)
     stopped_before(
         stops["customers_changes_history"], "cdc_history_deletes", "cdc_applied_files", end
@@ -260,10 +262,11 @@ def test_a_target_with_duplicate_keys_is_deduplicated_then_applied_in_one_build(
     warnings.clear()
     # The repair and the apply after it, stopped before each of their statements in turn,
     # then run to the end.
-    stops = walk_the_stops(build, ("customers",))["customers"]
+    only = SPARK_COMMITS if target == "local" else None
+    stops = walk_the_stops(build, ("customers",), only=only)["customers"]
     repair = "insert overwrite table" if target == "local" else "where ctid in"
     stopped_before(stops, repair, "__cdc_batch", "merge into", "cdc_tombstones")
-    stopped_before(stops, "cdc_applied_files", "drop view" if target == "local" else "COMMIT")
+    stopped_before(stops, "cdc_applied_files", "drop table" if target == "local" else "COMMIT")
     rows = read_table(target, spark, project, schema, "customers")
     keys = [r["customer_id"] for r in rows]
     assert len(keys) == len(set(keys))  # one row per key

@@ -150,6 +150,9 @@ WRITES = re.compile(
     r"(insert|merge|delete|update|create|drop|truncate|alter|replace|commit)\b", re.I
 )  # matched against _start(): the statement without its leading comments
 DROP = re.compile(r"drop\b", re.I)
+# On Spark every statement but a temporary view's is its own commit; a killed process loses its
+# temporary views, so a stop before one leaves what a stop before the next commit leaves.
+SPARK_COMMITS = re.compile(r"^(?!create or replace temporary view|drop view)", re.I)
 
 
 def _model_of(name: str | None, models: tuple[str, ...]) -> str | None:
@@ -193,9 +196,10 @@ def stopped_at_new(
             seen[(model, start)] = times + 1
             # A run of drops (the scratch objects', each `if exists`) is one point to stop
             # at: stopping between two of them leaves what stopping before the first leaves.
-            after_drop = DROP.match(start) and DROP.match(last.get(model, ""))
-            last[model] = start
             chosen = only is None or only.search(start)
+            after_drop = DROP.match(start) and DROP.match(last.get(model, ""))
+            if chosen:  # (a run of drops: of the chosen statements)
+                last[model] = start
             if chosen and not after_drop and (model, start, times) not in passed:
                 passed.add((model, start, times))
                 stopped[model] = start
