@@ -74,7 +74,8 @@ test-record: setup
 # unreachable here, so a test that needs one and is not marked fails instead of passing.
 test-fast: $(VENV)/.installed
 	CDC_TEST_TIER=fast JAVA_HOME=/nonexistent CDC_PG_PORT=1 \
-	  CDC_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:1/test $(BIN)/pytest -m fast
+	  CDC_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:1/test \
+	  $(BIN)/pytest -m fast -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The local BigQuery emulator the bigquery target points at by default (own venv: .venv-bq).
 bq-up: setup
