@@ -88,9 +88,16 @@ def recorded_durations() -> dict[str, float]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test in exactly one tier: `fast` (no JVM, no server) or the markers of what it
     needs (from the fixtures it uses, and its own marks, such as a `postgres` parameter);
-    the slowest tests first (tests/durations.json)."""
+    the slowest modules first (tests/durations.json)."""
     seconds = recorded_durations()
-    items.sort(key=lambda item: -seconds.get(item.nodeid, UNMEASURED))  # stable
+    # By module (its slowest test), collection order kept inside one: the tests of a class
+    # stay together, as class-scoped fixtures (dbt's adapter suite) expect.
+    slowest: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        here = seconds.get(item.nodeid, UNMEASURED)
+        slowest[module] = max(slowest.get(module, 0.0), here)
+    items.sort(key=lambda item: -slowest[item.nodeid.split("::", 1)[0]])  # stable
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             if fixture in NEEDS:

@@ -1,7 +1,6 @@
-"""A full disk under the warehouse (issue "Faults beyond a killed runner"): the folder of the
-test's schema in the local target's warehouse is a tmpfs of 3 MiB mounted by the test (root is
-needed for the mount; without it the test says so and is skipped), the commands run in-process
-on the worker's warm SparkSession. A File too big for the space left fails its run with one line
+"""A full disk under the warehouse (issue "Faults beyond a killed runner"): the local target's
+warehouse folder is a small tmpfs mounted by the test (root is needed for the mount; without it
+the test says so and is skipped). A File too big for the space left fails its run with one line
 that says the disk is full and where; nothing of it is visible in the target, no attempt counts
 against it; once there is room (the tmpfs remounted larger) the same command finishes, and the
 table equals the plain-Python oracle's with one marker per File. Then the disk fills up between
@@ -53,13 +52,12 @@ def small_disk(tmp_path: Path):  # noqa: ANN201
 def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed_finishes(
     cli_project,  # noqa: ANN001
     small_disk,  # noqa: ANN001
-    spark,  # noqa: ANN001
 ) -> None:
-    cli = cli_project("local", without=CHANGES_HISTORY)
+    # Real processes: each run's JVM opens the catalog with this project's warehouse (in this
+    # process the session's catalog keeps the warehouse of whichever test first used it).
+    cli = cli_project("local", without=CHANGES_HISTORY, processes=True)
     declare(cli.root)
-    # A schema's tables (targets, staging, state) are written in one folder of the project's
-    # warehouse: that folder is the small disk.
-    warehouse = cli.root / ".cdc" / "local" / "warehouse" / cli.schema
+    warehouse = cli.root / ".cdc" / "local" / "warehouse"
     small_disk(warehouse, "3m")
     folder = cli.root / "landing" / "customers"
     now = CurrentOracle()
@@ -116,13 +114,8 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, failed.stderr[-3000:]
-    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`:
-    # Spark's error names no file here, so the session's warehouse is named (in a process of
-    # its own, the project's; here the worker's session's).
-    conf = spark.sparkContext.getConf()
-    session_warehouse = conf.get("spark.sql.catalog.spark_catalog.warehouse")
-    said = f"customers: error (no space left on device under {session_warehouse}"
-    assert said in errors[0], errors
+    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`
+    assert f"customers: error (no space left on device under {warehouse}" in errors[0], errors
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
     (warehouse / "filler").unlink()  # space freed
     assert read(CUSTOMERS) == expected()
