@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from helpers.durations import DURATIONS_FILE, recorded_durations
 from helpers.project import (
     CATALOG_SCHEMAS,
     PG_START_HINT,
@@ -71,18 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # out one at a time in collection order) end together instead of one running a long test alone.
 # The order comes from tests/durations.json, each test's seconds in the last recorded run
 # (`make test-record` rewrites it); a test not in it yet counts as UNMEASURED seconds.
-DURATIONS_FILE = Path(__file__).parent / "durations.json"
 UNMEASURED = 30.0
-
-
-def recorded_durations() -> dict[str, float]:
-    """Each test's seconds in the last recorded run (tests/durations.json), by node id."""
-    import json
-
-    try:
-        return {k: float(v) for k, v in json.loads(DURATIONS_FILE.read_text()).items()}
-    except FileNotFoundError:
-        return {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import pytest
+from helpers.durations import recorded_durations
 
 TESTS = Path(__file__).parent
 REPO = TESTS.parent
@@ -33,7 +34,7 @@ STARTS_A_PROCESS = re.compile(
 def collected() -> list[str]:
     """Every test's node id, as `make test` collects them."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -43,8 +44,10 @@ def collected() -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if "::" in line]
 
 
-def test_every_test_has_its_seconds_recorded_and_the_suite_fits_its_budget() -> None:
-    recorded = json.loads((TESTS / "durations.json").read_text())
+def test_every_test_has_its_seconds_recorded_and_the_suite_fits_its_budget(
+    pytestconfig: pytest.Config,
+) -> None:
+    recorded = recorded_durations()
     ids = collected()
     assert len(ids) > 100, ids[:5]
     missing = sorted(set(ids) - set(recorded))
@@ -55,8 +58,7 @@ def test_every_test_has_its_seconds_recorded_and_the_suite_fits_its_budget() -> 
         f"tests/durations.json: {missing[:10]}"
     )
     assert not gone, f"tests/durations.json records tests that no longer exist: {gone[:10]}"
-    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]
-    ceiling = float(settings["ini_options"]["recorded_suite_ceiling_seconds"])
+    ceiling = float(pytestconfig.getini("recorded_suite_ceiling_seconds"))
     # Two workers share the suite; the recorded seconds are each test's own in such a run.
     total = sum(recorded[i] for i in ids) / 2
     assert total <= ceiling, (
