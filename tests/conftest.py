@@ -280,7 +280,8 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
             schema = new_schema()  # a dataset of its own
         else:
             schema = new_schema("cli")
-        cli = Cli(root, target, schema, in_process=not processes, **env)
+        spark = (lambda: request.getfixturevalue("spark")) if target == "local" else None
+        cli = Cli(root, target, schema, in_process=not processes, spark=spark, **env)
         link_package(root)
         return cli
 

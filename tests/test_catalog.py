@@ -307,7 +307,7 @@ def test_a_deleted_warehouse_is_said_at_once_and_drop_catalog_starts_over(cli_pr
     assert sorted(f["state"] for f in status) == ["COMMITTED"] * len(files), status
 
 
-def test_two_checkouts_on_one_server_keep_their_tables_apart(tmp_path: Path) -> None:
+def test_two_checkouts_on_one_server_keep_their_tables_apart(spark, tmp_path: Path) -> None:  # noqa: ANN001
     """Two clones set up by `runner init` (what `make setup` runs), with nothing in the
     environment naming a catalog schema and the same dbt schema: each gets a catalog schema of
     its own, so neither run sees (or writes into) the other's tables."""
@@ -321,11 +321,12 @@ def test_two_checkouts_on_one_server_keep_their_tables_apart(tmp_path: Path) -> 
             (root / "profiles.yml").unlink()  # written by `runner init`, as on a new clone
             shutil.copy(REPO / "profiles.example.yml", root / "profiles.example.yml")
             link_package(root)
-            cli = Cli(root, "local", schema)
+            cli = Cli(root, "local", schema, spark=lambda: spark)
             cli.env.pop("CDC_CATALOG_SCHEMA")
             cli("runner", "init")
             text = (root / "profiles.yml").read_text()
             catalogs.append(re.search(r"CDC_CATALOG_SCHEMA', '(\w+)'", text).group(1))
+            cli.catalog_schema = catalogs[-1]
             landing = root / "landing" / "customers"
             files = generate_customers(landing, initial=20 + n * 5, files=1, seed=n + 1)
             clis.append(cli)

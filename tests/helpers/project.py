@@ -15,11 +15,12 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -229,12 +230,20 @@ class Cli:
     dbt's own runners in this process (same arguments, exit codes, stdout and stderr)."""
 
     def __init__(
-        self, root: Path, target: str, schema: str, *, in_process: bool = False, **env: str
+        self,
+        root: Path,
+        target: str,
+        schema: str,
+        *,
+        in_process: bool = False,
+        spark: Callable[[], Any] | None = None,
+        **env: str,
     ) -> None:
         self.root = root
         self.target = target
         self.schema = schema
         self.in_process = in_process
+        self.spark = spark  # the worker's session, for `table` of processes' local tables
         self.bin = Path(sys.executable).parent
         self.env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDC_SCHEMA=schema)
         self.env["DBT_SEND_ANONYMOUS_USAGE_STATS"] = "false"
@@ -247,6 +256,8 @@ class Cli:
         else:
             self.env["CDC_CATALOG_SCHEMA"] = new_catalog_schema()
         self.env.update(env)
+        # The Spark catalog's schema of this project's processes (None: profiles.yml's own).
+        self.catalog_schema = self.env.get("CDC_CATALOG_SCHEMA")
         if target == "postgres":
             self.env["CDC_AUDIT_SCHEMA"] = schema + "_audit"
 
@@ -319,12 +330,71 @@ class Cli:
         return self("dbt", *args, "--project-dir", "dbt_project", "--target", self.target, ok=ok)
 
     def table(self, relation: str) -> list[dict]:
-        """Every row of a model or source through `dbt show` (the destination's own answer)."""
+        """Every row of a model or source through `dbt show` (the destination's own answer),
+        values as `dbt show --output json` gives them. The local tables of processes are read
+        by this process's SparkSession (see `_read_here`)."""
+        here = self._read_here(relation)
+        if here is not None:
+            return here
         out = self.dbt(
             "show", "-q", "--output", "json", "--limit", "-1", "--inline",
             f"select * from {relation}",
         )  # fmt: skip
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
+
+    def _read_here(self, relation: str) -> list[dict] | None:
+        """A `dbt show` process costs a JVM; on the local target a process's tables are as
+        readable from this process's SparkSession, at the metadata file their JDBC catalog
+        schema names for the table: a plain `ref`, a state table's `source` or
+        schema.table, with an optional `where`. The rows go through the agate table `dbt
+        show` makes, so the values are the same. None: read it with `dbt show`."""
+        if self.in_process or self.target != "local" or None in (self.spark, self.catalog_schema):
+            return None
+        match = SIMPLE_RELATION.fullmatch(relation.strip())
+        if match is None:
+            return None
+        ref, state, schema, name, where = match.groups()
+        if state is not None:
+            from runner.contract import state_tables
+
+            ref = state_tables()[state]["identifier"]
+        table = f"{schema}.{name}" if name else f"{self.schema}.{ref}"
+        conn = pg_connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f'select metadata_location from "{self.catalog_schema}".iceberg_tables '
+                    "where catalog_name = 'spark_catalog' and table_namespace = %s "
+                    "and table_name = %s and iceberg_type = 'TABLE'",
+                    table.split("."),
+                )
+                found = cur.fetchall()
+        finally:
+            conn.close()
+        if len(found) != 1:
+            return None  # an alias, a snapshot elsewhere, a view: as dbt resolves it
+        from dbt_common.clients.agate_helper import table_from_data_flat
+
+        spark = self.spark()  # type: ignore[misc]
+        df = spark.read.format("iceberg").load(found[0][0])
+        if where:
+            view = f"read_{uuid.uuid4().hex}"
+            df.createOrReplaceTempView(view)
+            df = spark.sql(f"select * from {view} {where}")
+        columns = list(df.columns)
+        data = [dict(zip(columns, row, strict=True)) for row in df.collect()]
+        shown = io.StringIO()
+        table_from_data_flat(data, columns).to_json(shown)
+        return [{k.lower(): v for k, v in r.items()} for r in json.loads(shown.getvalue())]
+
+
+# What Cli._read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state', 't') }} or
+# schema.table, then an optional where clause.
+SIMPLE_RELATION = re.compile(
+    r"(?:\{\{ ref\('(\w+)'\) \}\}|\{\{ source\('cdc_state', '(\w+)'\) \}\}|(\w+)\.(\w+))"
+    r"(\s+where\s.+)?",
+    re.S,
+)
 
 
 def ingest_here(project: Any, spark: Any, audit_file: Path, landing: Path, *entities: str) -> Any:
