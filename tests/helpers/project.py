@@ -331,8 +331,8 @@ class Cli:
 
     def table(self, relation: str) -> list[dict]:
         """Every row of a model or source through `dbt show` (the destination's own answer),
-        values as `dbt show --output json` gives them. The local tables of processes are read
-        by this process's SparkSession (see `_read_here`)."""
+        values as `dbt show --output json` gives them. Local tables are read by this process's
+        SparkSession (see `_read_here`)."""
         here = self._read_here(relation)
         if here is not None:
             return here
@@ -343,12 +343,12 @@ class Cli:
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
 
     def _read_here(self, relation: str) -> list[dict] | None:
-        """A `dbt show` process costs a JVM; on the local target a process's tables are as
-        readable from this process's SparkSession, at the metadata file their JDBC catalog
-        schema names for the table: a plain `ref`, a state table's `source` or
+        """`dbt show` costs a JVM in a process and a parse in this one; on the local target a
+        table is as readable from this process's SparkSession, at the metadata file the
+        project's JDBC catalog schema names for it: a plain `ref`, a state table's `source` or
         schema.table, with an optional `where`. The rows go through the agate table `dbt
         show` makes, so the values are the same. None: read it with `dbt show`."""
-        if self.in_process or self.target != "local" or None in (self.spark, self.catalog_schema):
+        if self.target != "local" or None in (self.spark, self.catalog_schema):
             return None
         match = SIMPLE_RELATION.fullmatch(relation.strip())
         if match is None:
