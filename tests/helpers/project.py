@@ -345,19 +345,27 @@ class Cli:
     def _read_here(self, relation: str) -> list[dict] | None:
         """`dbt show` costs a JVM in a process and a parse in this one; on the local target a
         table is as readable from this process's SparkSession, at the metadata file the
-        project's JDBC catalog schema names for it: a plain `ref`, a state table's `source` or
-        schema.table, with an optional `where`. The rows go through the agate table `dbt
+        project's JDBC catalog schema names for it: a plain `ref`, a state or staging table's
+        `source` or schema.table, with an optional `where`. The rows go through the agate table `dbt
         show` makes, so the values are the same. None: read it with `dbt show`."""
         if self.target != "local" or None in (self.spark, self.catalog_schema):
             return None
         match = SIMPLE_RELATION.fullmatch(relation.strip())
         if match is None:
             return None
-        ref, state, schema, name, where = match.groups()
-        if state is not None:
+        ref, source, member, schema, name, where = match.groups()
+        if source == "cdc_state":
             from runner.contract import state_tables
 
-            ref = state_tables()[state]["identifier"]
+            ref = state_tables()[member]["identifier"]
+        elif source == "cdc_staging":  # as the project declares it
+            confs = (self.root / "dbt_project" / "models").rglob("*.yml")
+            sources = [s for c in confs for s in yaml.safe_load(c.read_text()).get("sources") or []]
+            declared = [t.get("identifier", t["name"]) for s in sources if s["name"] == source
+                        for t in s["tables"] if t["name"] == member]  # fmt: skip
+            if len(declared) != 1:
+                return None
+            ref = declared[0]
         table = f"{schema}.{name}" if name else f"{self.schema}.{ref}"
         conn = pg_connect()
         try:
@@ -388,10 +396,11 @@ class Cli:
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(shown.getvalue())]
 
 
-# What Cli._read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state', 't') }} or
-# schema.table, then an optional where clause.
+# What Cli._read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state' or
+# 'cdc_staging', 't') }} or schema.table, then an optional where clause.
 SIMPLE_RELATION = re.compile(
-    r"(?:\{\{ ref\('(\w+)'\) \}\}|\{\{ source\('cdc_state', '(\w+)'\) \}\}|(\w+)\.(\w+))"
+    r"(?:\{\{ ref\('(\w+)'\) \}\}|\{\{ source\('(cdc_state|cdc_staging)', '(\w+)'\) \}\}"
+    r"|(\w+)\.(\w+))"
     r"(\s+where\s.+)?",
     re.S,
 )
