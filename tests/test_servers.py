@@ -79,7 +79,8 @@ def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_b
     in_process = target == "postgres"
     if in_process:
         request.getfixturevalue("spark")
-    cli = Cli(root, target, "servers", in_process=in_process, **server.env)
+    spark = (lambda: request.getfixturevalue("spark")) if target == "local" else None
+    cli = Cli(root, target, "servers", in_process=in_process, spark=spark, **server.env)
     link_package(root)
     link_iceberg_jar(root)
     files = generate_customers(tmp_path / "pool", initial=40, files=len(PHASES[target]) * 2,

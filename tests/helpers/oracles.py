@@ -76,13 +76,21 @@ def as_current(rows: list[dict]) -> dict[int, tuple]:
 
 
 def applied(cli: Any, files: list[Path]) -> dict[int, tuple]:
-    """The customers table, after checking it has one marker per File (one `dbt show`)."""
-    rows = cli.table(
-        "{{ ref('customers') }} as c cross join (select count(*) as n_markers, "
-        "count(distinct file_hash) as n_files from {{ source('cdc_state', 'applied_files') }} "
-        "where target_table like '%.customers') as m"
-    )
-    assert {(r["n_markers"], r["n_files"]) for r in rows} == {(len(files), len(files))}
+    """The customers table, after checking it has one marker per File (one `dbt show`, or two
+    reads where the Cli reads local tables itself)."""
+    markers = cli._read_here("{{ source('cdc_state', 'applied_files') }}")
+    rows = cli._read_here("{{ ref('customers') }}") if markers is not None else None
+    if markers is not None and rows is not None:
+        hashes = [m["file_hash"] for m in markers if m["target_table"].endswith(".customers")]
+        counts = {(len(hashes), len(set(hashes)))}
+    else:
+        rows = cli.table(
+            "{{ ref('customers') }} as c cross join (select count(*) as n_markers, "
+            "count(distinct file_hash) as n_files from {{ source('cdc_state', 'applied_files') }} "
+            "where target_table like '%.customers') as m"
+        )
+        counts = {(r["n_markers"], r["n_files"]) for r in rows}
+    assert counts == {(len(files), len(files))}, counts
     return as_current(rows)
 
 

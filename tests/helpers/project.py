@@ -146,6 +146,20 @@ def drop_database(spark: Any, name: str) -> None:
     spark.sql(f"drop database {name}")
 
 
+def env_pg_connect(env: dict[str, str]) -> Any:
+    """A connection to the PostgreSQL server a command's environment names (profiles.yml's
+    CDC_PG_* variables)."""
+    import psycopg2
+
+    return psycopg2.connect(
+        host=env.get("CDC_PG_HOST", "127.0.0.1"),
+        port=int(env.get("CDC_PG_PORT", "5432")),
+        user=env.get("CDC_PG_USER", "postgres"),
+        dbname=env.get("CDC_PG_DATABASE", "test"),
+        password=env.get("CDC_PG_PASSWORD", ""),
+    )
+
+
 def pg_connect(url: str = PG_URL) -> Any:
     import psycopg2
 
@@ -367,7 +381,7 @@ class Cli:
                 return None
             ref = declared[0]
         table = f"{schema}.{name}" if name else f"{self.schema}.{ref}"
-        conn = pg_connect()
+        conn = env_pg_connect(self.env)  # the server the catalog is on
         try:
             with conn.cursor() as cur:
                 cur.execute(
@@ -431,15 +445,7 @@ def audit_rows(cli: Cli, sql: str) -> list[tuple]:
     if cli.target != "postgres":  # SQLite, one file per target
         with sqlite3.connect(cli.root / ".cdc" / cli.target / "audit.db") as conn:
             return list(conn.execute(sql))
-    import psycopg2
-
-    env = cli.env
-    conn = psycopg2.connect(
-        host=env.get("CDC_PG_HOST", "127.0.0.1"),
-        port=int(env.get("CDC_PG_PORT", "5432")),
-        user=env.get("CDC_PG_USER", "postgres"),
-        dbname=env.get("CDC_PG_DATABASE", "test"),
-    )
+    conn = env_pg_connect(cli.env)
     try:
         with conn.cursor() as cur:
             cur.execute(f'set search_path to "{cli.env["CDC_AUDIT_SCHEMA"]}"')
