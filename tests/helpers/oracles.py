@@ -78,8 +78,8 @@ def as_current(rows: list[dict]) -> dict[int, tuple]:
 def applied(cli: Any, files: list[Path]) -> dict[int, tuple]:
     """The customers table, after checking it has one marker per File (one `dbt show`, or two
     reads where the Cli reads local tables itself)."""
-    markers = cli._read_here("{{ source('cdc_state', 'applied_files') }}")
-    rows = cli._read_here("{{ ref('customers') }}") if markers is not None else None
+    markers = cli.read_here("{{ source('cdc_state', 'applied_files') }}")
+    rows = cli.read_here("{{ ref('customers') }}") if markers is not None else None
     if markers is not None and rows is not None:
         hashes = [m["file_hash"] for m in markers if m["target_table"].endswith(".customers")]
         counts = {(len(hashes), len(set(hashes)))}

@@ -346,8 +346,8 @@ class Cli:
     def table(self, relation: str) -> list[dict]:
         """Every row of a model or source through `dbt show` (the destination's own answer),
         values as `dbt show --output json` gives them. Local tables are read by this process's
-        SparkSession (see `_read_here`)."""
-        here = self._read_here(relation)
+        SparkSession (see `read_here`)."""
+        here = self.read_here(relation)
         if here is not None:
             return here
         out = self.dbt(
@@ -356,31 +356,32 @@ class Cli:
         )  # fmt: skip
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
 
-    def _read_here(self, relation: str) -> list[dict] | None:
+    def read_here(self, relation: str) -> list[dict] | None:
         """`dbt show` costs a JVM in a process and a parse in this one; on the local target a
         table is as readable from this process's SparkSession, at the metadata file the
         project's JDBC catalog schema names for it: a plain `ref`, a state or staging table's
-        `source` or schema.table, with an optional `where`. The rows go through the agate table `dbt
-        show` makes, so the values are the same. None: read it with `dbt show`."""
+        `source` or schema.table, with an optional `where`. The rows go through the agate
+        table `dbt show` makes, so the values are the same. None: read it with `dbt show`."""
         if self.target != "local" or None in (self.spark, self.catalog_schema):
             return None
         match = SIMPLE_RELATION.fullmatch(relation.strip())
         if match is None:
             return None
         ref, source, member, schema, name, where = match.groups()
+        table = f"{schema}.{name}" if name else f"{self.schema}.{ref}"
         if source == "cdc_state":
             from runner.contract import state_tables
 
-            ref = state_tables()[member]["identifier"]
+            table = f"{self.schema}.{state_tables()[member]['identifier']}"
         elif source == "cdc_staging":  # as the project declares it
-            confs = (self.root / "dbt_project" / "models").rglob("*.yml")
-            sources = [s for c in confs for s in yaml.safe_load(c.read_text()).get("sources") or []]
-            declared = [t.get("identifier", t["name"]) for s in sources if s["name"] == source
-                        for t in s["tables"] if t["name"] == member]  # fmt: skip
-            if len(declared) != 1:
+            from runner.entities import load_entities
+            from runner.project import Project
+
+            with self._environment():
+                entity = load_entities(Project.load(self.root, target=self.target)).get(member)
+            if entity is None:
                 return None
-            ref = declared[0]
-        table = f"{schema}.{name}" if name else f"{self.schema}.{ref}"
+            table = f"{entity.staging_schema}.{entity.staging_table}"
         conn = env_pg_connect(self.env)  # the server the catalog is on
         try:
             with conn.cursor() as cur:
@@ -400,9 +401,7 @@ class Cli:
         spark = self.spark()  # type: ignore[misc]
         df = spark.read.format("iceberg").load(found[0][0])
         if where:
-            view = f"read_{uuid.uuid4().hex}"
-            df.createOrReplaceTempView(view)
-            df = spark.sql(f"select * from {view} {where}")
+            df = df.where(where)
         columns = list(df.columns)
         data = [dict(zip(columns, row, strict=True)) for row in df.collect()]
         shown = io.StringIO()
@@ -410,12 +409,12 @@ class Cli:
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(shown.getvalue())]
 
 
-# What Cli._read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state' or
+# What Cli.read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state' or
 # 'cdc_staging', 't') }} or schema.table, then an optional where clause.
 SIMPLE_RELATION = re.compile(
     r"(?:\{\{ ref\('(\w+)'\) \}\}|\{\{ source\('(cdc_state|cdc_staging)', '(\w+)'\) \}\}"
     r"|(\w+)\.(\w+))"
-    r"(\s+where\s.+)?",
+    r"(?:\s+where\s(.+))?",
     re.S,
 )
 
