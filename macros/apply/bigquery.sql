@@ -14,7 +14,7 @@
     {{ return(dbt.bigquery__create_table_as(temporary, relation, compiled_code, language)) }}
   {%- endif -%}
   {%- set create = dbt.bigquery__create_table_as(false, relation, cdc.empty_target_select(compiled_code), 'sql') -%}
-  {{ return(cdc.bigquery_script(cdc.create_then_apply_statements(relation, compiled_code, create), relation)) }}
+  {{ return(cdc.bigquery_script(cdc.create_or_apply_statements(relation, compiled_code, create), relation)) }}
 {% endmacro %}
 
 {#- The scratch (temp) tables are dropped before the transaction and after the commit: a

@@ -23,7 +23,14 @@
   {%- if temporary or not cdc.is_apply_model() -%}
     {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
   {%- endif -%}
-  {#- run_query shares the model's transaction: the reset and the CREATE commit with the apply. -#}
+  {#- run_query shares the model's transaction: the lock, the reset and the CREATE commit with
+      the apply. dbt found the table absent when the build started; under the apply's lock it is
+      asked again, so a second build that created it meanwhile is waited for, and the model is
+      then applied as an incremental run on what that build committed. -#}
+  {%- do run_query(cdc.postgres_apply_lock(cdc.target_name())) -%}
+  {%- if execute and not should_full_refresh() and cdc.relation_exists_now(relation) -%}
+    {{ return(cdc.model_apply_statements(relation, '(' ~ sql ~ ')') | join(';\n') ~ ';') }}
+  {%- endif -%}
   {%- set create = dbt.postgres__create_table_as(false, relation, cdc.empty_target_select(sql)) -%}
   {{ return(cdc.create_then_apply_statements(relation, sql, create) | join(';\n') ~ ';') }}
 {% endmacro %}

@@ -11,16 +11,77 @@
 {% endmacro %}
 
 {#- First run or --full-refresh: forget this target's markers and tombstones, create the
-    table empty, then apply every staged File. Runs the preparation now; returns the apply. -#}
-{% macro create_then_apply_statements(relation, sql, create_table_sql) %}
+    table empty, then apply every staged File. Runs the preparation now; returns the apply.
+    `before` (the destination's clock, unix_micros, taken before the table was found absent):
+    forget only what was written before then, never what another build that created the table
+    meanwhile has written since. -#}
+{% macro create_then_apply_statements(relation, sql, create_table_sql, before=none) %}
   {%- do cdc.create_state_tables() -%}
   {%- do cdc.check_rebuild_complete(cdc.apply_entity()) -%}
-  {%- for stmt in cdc.reset_statements(cdc.target_name()) -%}
+  {%- for stmt in cdc.reset_statements(cdc.target_name(), before) -%}
     {%- do run_query(stmt) -%}
   {%- endfor -%}
   {%- do run_query(create_table_sql) -%}
   {{ return(cdc.model_apply_statements(relation, '(' ~ sql ~ ')')) }}
 {% endmacro %}
+
+{#- The first build of an apply model's table where no lock can be held across statements
+    (Spark, Databricks, BigQuery). dbt found the table absent when the build started; another
+    build may have created it since. Asked again now: when it is there, the model is applied as
+    an incremental run. When it is not, the table is created only if still absent (CREATE TABLE
+    IF NOT EXISTS: a build that loses the race by a moment finds it and goes on to apply, which
+    the markers make exactly once), and the markers and tombstones of a table that was dropped
+    are forgotten only up to the time it was found absent. --full-refresh replaces the table,
+    as dbt does. Returns the apply's statements (the reset and the CREATE already run). -#}
+{% macro create_or_apply_statements(relation, sql, create_table_sql) %}
+  {%- if should_full_refresh() or not execute -%}
+    {{ return(cdc.create_then_apply_statements(relation, sql, create_table_sql)) }}
+  {%- endif -%}
+  {%- set before = cdc.now_micros() -%}
+  {%- if cdc.relation_exists_now(relation) -%}
+    {{ return(cdc.model_apply_statements(relation, '(' ~ sql ~ ')')) }}
+  {%- endif -%}
+  {%- set if_absent = modules.re.sub('^\\s*create\\s+(or\\s+replace\\s+)?table\\s', 'create table if not exists ',
+      create_table_sql, flags=modules.re.IGNORECASE) -%}
+  {{ return(cdc.create_then_apply_statements(relation, sql, if_absent, before)) }}
+{% endmacro %}
+
+{#- Whether `relation` exists now, asked of the destination (dbt's relation cache is filled
+    when a build starts). -#}
+{% macro relation_exists_now(relation) %}
+  {{ return(adapter.dispatch('relation_exists_now', 'cdc')(relation)) }}
+{% endmacro %}
+{% macro default__relation_exists_now(relation) %}
+  {%- set schema = api.Relation.create(database=relation.database, schema=relation.schema) -%}
+  {%- for found in adapter.list_relations_without_caching(schema) -%}
+    {%- if found.identifier | lower == relation.identifier | lower -%}{{ return(true) }}{%- endif -%}
+  {%- endfor -%}
+  {{ return(false) }}
+{% endmacro %}
+{% macro postgres__relation_exists_now(relation) %}
+  {%- set sql -%}
+    select count(*) from pg_catalog.pg_class as c
+    join pg_catalog.pg_namespace as n on n.oid = c.relnamespace
+    where n.nspname = {{ cdc.sql_string(relation.schema) }} and c.relname = {{ cdc.sql_string(relation.identifier) }}
+  {%- endset -%}
+  {{ return(run_query(sql).columns[0].values()[0] | int > 0) }}
+{% endmacro %}
+{% macro spark__relation_exists_now(relation) %}
+  {%- set sql = 'show tables in ' ~ adapter.quote(relation.schema) ~ ' like ' ~ cdc.sql_string(relation.identifier | lower) -%}
+  {{ return(run_query(sql).rows | length > 0) }}
+{% endmacro %}
+{% macro bigquery__relation_exists_now(relation) %}
+  {{ return(adapter.get_bq_table(relation) is not none) }}
+{% endmacro %}
+
+{#- The destination's clock now, in microseconds since the epoch (none: not needed there). -#}
+{% macro now_micros() %}
+  {{ return(adapter.dispatch('now_micros', 'cdc')()) }}
+{% endmacro %}
+{% macro default__now_micros() %}
+  {{ return(run_query('select unix_micros(' ~ cdc.now_utc() ~ ')').columns[0].values()[0] | int) }}
+{% endmacro %}
+{% macro postgres__now_micros() %}{{ return(none) }}{% endmacro %}
 
 {#- Spark destinations execute one statement per call: run all but the last, return the last
     for the materialization's `main` statement. Order is the guarantee here (no transaction). -#}
@@ -37,7 +98,7 @@
   {%- if create_sql is none -%}
     {%- set statements = cdc.model_apply_statements(target, source) -%}
   {%- else -%}
-    {%- set statements = cdc.create_then_apply_statements(target, source, create_sql) -%}
+    {%- set statements = cdc.create_or_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- set drop_view = cdc.drop_batch_files_view_sql(target, cdc.entity_settings(cdc.apply_entity()).get('mode', 'cdc')) -%}

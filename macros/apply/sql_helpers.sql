@@ -2,14 +2,15 @@
     resetting a target's state, open history rows, key text, scratch tables, the time now. -#}
 
 {#- Statements that forget this target's markers and tombstones: before (re)creating it. -#}
-{% macro reset_statements(target_name) %}
+{% macro reset_statements(target_name, before=none) %}
   {%- set where = ' where ' ~ adapter.quote('target_table') ~ ' = ' ~ cdc.sql_string(target_name) -%}
-  {{ return([
-      'delete from ' ~ cdc.state_relation('applied_files') ~ where,
-      'delete from ' ~ cdc.state_relation('tombstones') ~ where,
-      'delete from ' ~ cdc.state_relation('history_deletes') ~ where,
-      'delete from ' ~ cdc.state_relation('held_files') ~ where,
-  ]) }}
+  {%- set statements = [] -%}
+  {%- for name, written_at in [('applied_files', 'applied_at'), ('tombstones', 'deleted_at'),
+                                ('history_deletes', 'applied_at'), ('held_files', 'updated_at')] -%}
+    {%- set fence = '' if before is none else ' and unix_micros(' ~ adapter.quote(written_at) ~ ') < ' ~ before -%}
+    {%- do statements.append('delete from ' ~ cdc.state_relation(name) ~ where ~ fence) -%}
+  {%- endfor -%}
+  {{ return(statements) }}
 {% endmacro %}
 
 {#- A history row is open (current) when its valid_to is NULL or dbt_valid_to_current. -#}
