@@ -18,6 +18,7 @@ from typing import Any
 import dbt.tests.util as dbt_util
 import pytest
 import yaml
+from dbt.tests.adapter.basic.test_base import BaseSimpleMaterializations
 from dbt.tests.adapter.basic.test_incremental import (
     BaseIncremental,
     BaseIncrementalBadStrategy,
@@ -131,6 +132,21 @@ def _ignore_cdc_columns(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.setattr(adapter, "get_columns_in_relation", get_columns)
 
     monkeypatch.setattr(dbt_util, "check_relations_equal_with_relations", compare)
+
+
+class TestSimpleMaterializations(BaseSimpleMaterializations):
+    """dbt's views, tables and their swaps, with the package's PostgreSQL view materialization
+    forwarded to as a project's dbt_project/macros/materializations.sql does."""
+
+    @pytest.fixture(scope="class")
+    def macros(self) -> dict[str, str]:
+        forward = REPO / "dbt_project" / "macros" / "materializations.sql"
+        return {"materializations.sql": forward.read_text()}
+
+    def test_the_package_built_the_views(self, project: Any) -> None:
+        dbt_util.run_dbt(["seed"])
+        _, log = dbt_util.run_dbt_and_capture(["--debug", "run", "--select", "view_model"])
+        assert "hashtextextended('cdc view " in log
 
 
 class TestSnapshotCheckCols(BaseSnapshotCheckCols):

@@ -164,3 +164,46 @@ def test_a_thousand_small_files_are_staged_in_a_handful_of_spark_jobs(
     }
     assert tasks and max(tasks.values()) < 1000, tasks
     db.dispose()
+
+
+@pytest.mark.postgres
+def test_two_runners_meeting_a_new_entity_on_postgres_create_its_staging_table_once(
+    spark_project: Path, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first runner's load has created the staging table and not committed yet; a second
+    runner's first-time DDL for the same entity waits for it instead of failing on PostgreSQL's
+    catalog (`duplicate key value violates unique constraint "pg_type_typname_nsp_index"`),
+    then finds the table."""
+    import threading
+    import time
+
+    from runner.destinations import destination_for
+    from runner.destinations.postgres import _lock_if_missing, connect, staging_table_ddl
+
+    monkeypatch.setenv("CDC_SCHEMA", pg_schema)
+    project = Project.load(spark_project, target="postgres")
+    entity = load_entities(project)["customers"]
+    writer = destination_for(project).writer()
+    first = connect(project.target)
+    failed: list[BaseException] = []
+
+    def second_runner() -> None:
+        try:
+            writer.ensure_table(None, entity)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            failed.append(exc)
+
+    try:
+        with first.cursor() as cur:  # the first runner's transaction, still open
+            _lock_if_missing(cur, (entity.staging_schema, entity.staging_table))
+            for stmt in staging_table_ddl(entity):
+                cur.execute(stmt)
+            other = threading.Thread(target=second_runner)
+            other.start()
+            time.sleep(1.0)
+            assert other.is_alive() and not failed  # waiting, not failed
+        first.commit()
+        other.join(timeout=60)
+        assert not other.is_alive() and not failed, failed
+    finally:
+        first.close()

@@ -20,6 +20,16 @@
         ~ (sql_header ~ '\n' if sql_header is not none else '')
         ~ 'create temporary view ' ~ relation ~ ' as (\n' ~ sql ~ '\n)') }}
   {%- endif -%}
+  {%- if not temporary and execute and not cdc.is_apply_model() and cdc.created_under_lock() -%}
+    {#- A transaction group's ledger, a dbt snapshot: the first create under the same lock; a
+        build that waited finds the table the other committed and leaves it for this build
+        (the ledger reads every staged transaction again at its next build, a snapshot takes
+        the rows' state at its next run). -#}
+    {%- do run_query(cdc.postgres_apply_lock(cdc.target_name())) -%}
+    {%- if relation.identifier == this.identifier and cdc.relation_exists_now(relation) -%}
+      {{ return('select 1 as cdc_created_by_another_build') }}
+    {%- endif -%}
+  {%- endif -%}
   {%- if temporary or not cdc.is_apply_model() -%}
     {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
   {%- endif -%}
@@ -34,3 +44,41 @@
   {%- set create = dbt.postgres__create_table_as(false, relation, cdc.empty_target_select(sql)) -%}
   {{ return(cdc.create_then_apply_statements(relation, sql, create) | join(';\n') ~ ';') }}
 {% endmacro %}
+
+{#- Which other tables the package makes are created under the apply's lock on PostgreSQL: a
+    transaction group's ledger and dbt snapshots. -#}
+{% macro created_under_lock() %}
+  {%- if model.resource_type == 'snapshot' -%}{{ return(true) }}{%- endif -%}
+  {{ return(((config.get('meta') or {}).get('cdc') or {}).get('transaction_ledger', false) is sameas true) }}
+{% endmacro %}
+
+{#- Views on PostgreSQL: dbt's own view materialization decides from the relation cache filled
+    when the build started, then renames the old view away and the new one in: two builds
+    rebuilding one view at once fail on each other's names (`relation ... already exists`,
+    `tuple concurrently updated`). This one takes a lock per view in the model's transaction,
+    looks at the catalog (not the cache), drops what is there and creates the view, all in that
+    transaction: a second build waits, then replaces the first's view. Readers see the old view
+    or the new one. As with dbt's, views built on it are dropped with it and rebuilt by the
+    build that selects them. dbt uses a package's materialization only when the root project
+    forwards to it (dbt_project/macros/materializations.sql). -#}
+{% materialization view, adapter='postgres' %}
+  {%- set target_relation = this.incorporate(type='view') -%}
+  {%- set grant_config = config.get('grants') -%}
+  {{ run_hooks(pre_hooks, inside_transaction=False) }}
+  {{ run_hooks(pre_hooks, inside_transaction=True) }}
+  {%- do run_query('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc view ' ~ cdc.target_name()) ~ ', 0))') -%}
+  {%- set existing_relation = cdc.postgres_relation_now(target_relation) -%}
+  {%- if existing_relation is not none -%}
+    {%- do adapter.drop_relation(existing_relation) -%}
+  {%- endif -%}
+  {% call statement('main') -%}
+    {{ get_create_view_as_sql(target_relation, sql) }}
+  {%- endcall %}
+  {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=True) -%}
+  {%- do apply_grants(target_relation, grant_config, should_revoke=should_revoke) -%}
+  {%- do persist_docs(target_relation, model) -%}
+  {{ run_hooks(post_hooks, inside_transaction=True) }}
+  {{ adapter.commit() }}
+  {{ run_hooks(post_hooks, inside_transaction=False) }}
+  {{ return({'relations': [target_relation]}) }}
+{% endmaterialization %}

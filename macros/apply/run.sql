@@ -59,12 +59,20 @@
   {{ return(false) }}
 {% endmacro %}
 {% macro postgres__relation_exists_now(relation) %}
+  {{ return(cdc.postgres_relation_now(relation) is not none) }}
+{% endmacro %}
+
+{#- PostgreSQL: `relation` as it is in the catalog now (its type: table or view), or none. -#}
+{% macro postgres_relation_now(relation) %}
   {%- set sql -%}
-    select count(*) from pg_catalog.pg_class as c
+    select c.relkind from pg_catalog.pg_class as c
     join pg_catalog.pg_namespace as n on n.oid = c.relnamespace
     where n.nspname = {{ cdc.sql_string(relation.schema) }} and c.relname = {{ cdc.sql_string(relation.identifier) }}
   {%- endset -%}
-  {{ return(run_query(sql).columns[0].values()[0] | int > 0) }}
+  {%- set found = run_query(sql).columns[0].values() -%}
+  {%- if not found -%}{{ return(none) }}{%- endif -%}
+  {%- set kinds = {'v': 'view', 'm': 'materialized_view'} -%}
+  {{ return(relation.incorporate(type=kinds.get(found[0], 'table'))) }}
 {% endmacro %}
 {% macro spark__relation_exists_now(relation) %}
   {%- set sql = 'show tables in ' ~ adapter.quote(relation.schema) ~ ' like ' ~ cdc.sql_string(relation.identifier | lower) -%}

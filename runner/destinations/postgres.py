@@ -190,6 +190,7 @@ class PostgresWriter(StagingWriter):
         conn = connect(self.target)
         try:
             with conn, conn.cursor() as cur:
+                _lock_if_missing(cur, (entity.staging_schema, entity.staging_table))
                 for stmt in staging_table_ddl(entity):
                     cur.execute(stmt)
         finally:
@@ -241,6 +242,7 @@ class PostgresWriter(StagingWriter):
         conn = connect(self.target)
         try:
             with conn, conn.cursor() as cur:
+                _lock_if_missing(cur, (schema, table), (self.state_schema, spec.identifier))
                 for stmt in staging_table_ddl(entity):
                     cur.execute(stmt)
                 add, widen = self.evolution(_columns(cur, schema, table) or {}, entity)
@@ -357,6 +359,19 @@ def _columns(cur: Any, schema: str, table: str) -> dict[str, str] | None:
     )
     rows = cur.fetchall()
     return {name: spark_of_pg(kind) for name, kind in rows} or None
+
+
+def _lock_if_missing(cur: Any, *tables: tuple[str, str]) -> None:
+    """Before the first CREATE ... IF NOT EXISTS of a table: PostgreSQL checks, then inserts the
+    catalog rows, so of two runners meeting a new entity at once the second fails on the
+    catalog's unique index. When one of the tables is missing, the transaction first takes the
+    advisory lock the package's state tables are created under (held to the commit): the second
+    waits, then finds the tables. Once they exist it is never taken."""
+    for schema, table in tables:
+        cur.execute("SELECT to_regclass(%s)", (q(schema, table),))
+        if cur.fetchone()[0] is None:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended('cdc state tables', 0))")
+            return
 
 
 def staging_table_ddl(entity: Entity) -> list[str]:

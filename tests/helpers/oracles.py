@@ -146,20 +146,25 @@ def two_builds_at_once(cli: Any) -> None:
 WAITING = """
 select count(*) from pg_locks l
 where not l.granted and (
-  l.relation = (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace
-                where n.nspname = %s and c.relname = 'cdc_applied_files')
+  l.relation in (select c.oid from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                 where n.nspname = %(schema)s)
   or (l.locktype = 'advisory' and exists (
-    select 1 from pg_tables t where t.schemaname = %s
-    and ((l.classid::bigint << 32) | l.objid::bigint)
-        = hashtextextended('cdc apply ' || lower(t.schemaname || '.' || t.tablename), 0))))
+    select 1 from pg_class c join pg_namespace n on n.oid = c.relnamespace
+    where n.nspname = %(schema)s and c.relkind in ('r', 'p', 'v')
+    and ((l.classid::bigint << 32) | l.objid::bigint) in (
+      hashtextextended('cdc apply ' || lower(n.nspname || '.' || c.relname), 0),
+      hashtextextended('cdc view ' || lower(n.nspname || '.' || c.relname), 0)))))
 """
 
 
-def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[int]]:
+def builds_at_once(
+    cli: Any, *args: str, gate: str = "cdc_applied_files"
+) -> tuple[list[tuple[str, str]], list[int]]:
     """Two `dbt build ARGS` processes started together; on PostgreSQL the test holds an
-    exclusive lock on the markers table until both wait (on it, or the second for the first's
-    apply lock), then lets them go at the same instant, so that their applies overlap every
-    time. Their (stdout, stderr) and exit codes."""
+    exclusive lock on the `gate` table (the markers) until both wait (on it, or the second for
+    the first: its apply or view lock, or a table or view of the schema it holds), then lets
+    them go at the same instant, so that what they do next overlaps every time. Their (stdout,
+    stderr) and exit codes."""
     import psycopg2
 
     def start() -> subprocess.Popen[str]:
@@ -171,12 +176,12 @@ def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[in
         builds = [start() for _ in range(2)]
     else:
         schema = cli.env["CDC_SCHEMA"]
-        gate = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
-        gate.autocommit = False
+        holder = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
+        holder.autocommit = False
         builds = []
         try:
-            with gate.cursor() as cur:
-                cur.execute(f'LOCK TABLE "{schema}".cdc_applied_files IN ACCESS EXCLUSIVE MODE')
+            with holder.cursor() as cur:
+                cur.execute(f'LOCK TABLE "{schema}"."{gate}" IN ACCESS EXCLUSIVE MODE')
                 builds = [start() for _ in range(2)]
                 deadline = time.monotonic() + 180
                 waiting = 0
@@ -184,12 +189,12 @@ def builds_at_once(cli: Any, *args: str) -> tuple[list[tuple[str, str]], list[in
                     assert time.monotonic() < deadline, "the two builds never reached the markers"
                     assert all(b.poll() is None for b in builds), "a build ended before the gate"
                     time.sleep(0.2)
-                    with gate.cursor() as probe:  # same transaction: the lock stays held
-                        probe.execute(WAITING, (schema, schema))
+                    with holder.cursor() as probe:  # same transaction: the lock stays held
+                        probe.execute(WAITING, {"schema": schema})
                         waiting = probe.fetchone()[0]
-            gate.commit()  # both go at once
+            holder.commit()  # both go at once
         finally:
-            gate.close()
+            holder.close()
     outs = [b.communicate(timeout=600) for b in builds]
     return outs, [b.returncode for b in builds]
 

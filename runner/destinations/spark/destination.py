@@ -59,14 +59,23 @@ STATE_TABLE_PROPERTIES = {
 }
 
 
-def _create_unless_there(create: Callable[[], object]) -> None:
+def _create_unless_there(create: Callable[[], object]) -> bool:
     """Create a table that was missing a moment ago; another runner creating it at the same
-    time is no error."""
+    time is no error. Whether this call created it."""
     try:
         create()
     except Exception as exc:  # noqa: BLE001 - py4j/pyspark raise several types for this
-        if "already exists" not in str(exc).lower():
+        if not _CREATED_MEANWHILE.search(str(exc)):
             raise
+        return False
+    return True
+
+
+# What the catalog says when another runner created the table since this one looked: Spark's
+# check, or (both past it) the JDBC catalog's insert of the table's row.
+_CREATED_MEANWHILE = re.compile(
+    r'already exists|violates unique constraint "iceberg_tables_pkey"', re.I
+)
 
 
 def _retry_on_conflict(write: Callable[[], object], attempts: int = 5) -> None:
@@ -285,9 +294,9 @@ class SparkTableWriter(StagingWriter):
         lineage = lineage_columns()
         _ensure_namespace(spark, self._name(entity.staging_schema)[0])
         table, plain = self._name(entity.staging_schema, entity.staging_table)
-        created = not spark.catalog.tableExists(plain)
-        if created:
-            out.limit(0).writeTo(table).using(self.table_format).create()
+        created = not spark.catalog.tableExists(plain) and _create_unless_there(
+            out.limit(0).writeTo(table).using(self.table_format).create
+        )
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
         if not created:
             self._evolve(spark, table, plain, entity)
@@ -335,7 +344,9 @@ class SparkTableWriter(StagingWriter):
             c: re.sub(r"^(var)?char\(\d+\)$", "string", t) for c, t in staged_types(entity).items()
         }
         schema = ", ".join(f"`{c}` {t}" for c, t in types.items())
-        spark.createDataFrame([], schema).writeTo(table).using(self.table_format).create()
+        _create_unless_there(
+            spark.createDataFrame([], schema).writeTo(table).using(self.table_format).create
+        )
 
     def _last_commit(self, spark: SparkSession, table: str) -> tuple[int, str] | None:
         """(commit id, rows it added) of the table's newest commit."""
