@@ -20,26 +20,25 @@
         ~ (sql_header ~ '\n' if sql_header is not none else '')
         ~ 'create temporary view ' ~ relation ~ ' as (\n' ~ sql ~ '\n)') }}
   {%- endif -%}
-  {%- if not temporary and execute and not cdc.is_apply_model() and cdc.created_under_lock() -%}
-    {#- A transaction group's ledger, a dbt snapshot: the first create under the same lock; a
-        build that waited finds the table the other committed and leaves it for this build
-        (the ledger reads every staged transaction again at its next build, a snapshot takes
-        the rows' state at its next run). -#}
+  {#- The first create of an apply model, a transaction group's ledger or a dbt snapshot: dbt
+      found the table absent when the build started. Under the apply's lock (in the model's
+      transaction, with the reset and the CREATE that follow) it is asked again, so a second
+      build waits for one that created it meanwhile: an apply model is then applied as an
+      incremental run on what that build committed; a ledger or snapshot is left to it (the
+      ledger reads every staged transaction again at its next build, a snapshot takes the
+      rows' state at its next run). -#}
+  {%- set apply = not temporary and cdc.is_apply_model() -%}
+  {%- if not temporary and execute and (apply or cdc.created_under_lock()) -%}
     {%- do run_query(cdc.postgres_apply_lock(cdc.target_name())) -%}
     {%- if relation.identifier == this.identifier and cdc.relation_exists_now(relation) -%}
+      {%- if apply -%}
+        {{ return(cdc.model_apply_statements(relation, '(' ~ sql ~ ')') | join(';\n') ~ ';') }}
+      {%- endif -%}
       {{ return('select 1 as cdc_created_by_another_build') }}
     {%- endif -%}
   {%- endif -%}
-  {%- if temporary or not cdc.is_apply_model() -%}
+  {%- if not apply -%}
     {{ return(dbt.postgres__create_table_as(temporary, relation, sql)) }}
-  {%- endif -%}
-  {#- run_query shares the model's transaction: the lock, the reset and the CREATE commit with
-      the apply. dbt found the table absent when the build started; under the apply's lock it is
-      asked again, so a second build that created it meanwhile is waited for, and the model is
-      then applied as an incremental run on what that build committed. -#}
-  {%- do run_query(cdc.postgres_apply_lock(cdc.target_name())) -%}
-  {%- if execute and not should_full_refresh() and cdc.relation_exists_now(relation) -%}
-    {{ return(cdc.model_apply_statements(relation, '(' ~ sql ~ ')') | join(';\n') ~ ';') }}
   {%- endif -%}
   {%- set create = dbt.postgres__create_table_as(false, relation, cdc.empty_target_select(sql)) -%}
   {{ return(cdc.create_then_apply_statements(relation, sql, create) | join(';\n') ~ ';') }}

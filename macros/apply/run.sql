@@ -51,13 +51,6 @@
 {% macro relation_exists_now(relation) %}
   {{ return(adapter.dispatch('relation_exists_now', 'cdc')(relation)) }}
 {% endmacro %}
-{% macro default__relation_exists_now(relation) %}
-  {%- set schema = api.Relation.create(database=relation.database, schema=relation.schema) -%}
-  {%- for found in adapter.list_relations_without_caching(schema) -%}
-    {%- if found.identifier | lower == relation.identifier | lower -%}{{ return(true) }}{%- endif -%}
-  {%- endfor -%}
-  {{ return(false) }}
-{% endmacro %}
 {% macro postgres__relation_exists_now(relation) %}
   {{ return(cdc.postgres_relation_now(relation) is not none) }}
 {% endmacro %}
@@ -82,14 +75,13 @@
   {{ return(adapter.get_bq_table(relation) is not none) }}
 {% endmacro %}
 
-{#- The destination's clock now, in microseconds since the epoch (none: not needed there). -#}
+{#- The destination's clock now, in microseconds since the epoch (Spark, Databricks, BigQuery). -#}
 {% macro now_micros() %}
   {{ return(adapter.dispatch('now_micros', 'cdc')()) }}
 {% endmacro %}
 {% macro default__now_micros() %}
   {{ return(run_query('select unix_micros(' ~ cdc.now_utc() ~ ')').columns[0].values()[0] | int) }}
 {% endmacro %}
-{% macro postgres__now_micros() %}{{ return(none) }}{% endmacro %}
 
 {#- Spark destinations execute one statement per call: run all but the last, return the last
     for the materialization's `main` statement. Order is the guarantee here (no transaction). -#}
