@@ -66,7 +66,7 @@
       {%- for col, type in spec.columns.items() %}
       {{ adapter.quote(col) }} {{ cdc.contract_type(type) }}{{ ',' if not loop.last }}
       {%- endfor %}
-    ){{ cdc.table_format_clause() }}{{ cdc.state_table_properties_clause() }}
+    ){{ cdc.table_format_clause() }}{{ cdc.state_table_partition_clause(spec) }}{{ cdc.state_table_properties_clause() }}
   {%- endset -%}
   {{ return(ddl) }}
 {% endmacro %}
@@ -79,7 +79,10 @@
     marker still conflict. Every apply commits to them, so a commit retries more often than
     Iceberg's default 4 times when other applies keep committing in between (the catalog then
     answers "metadata location has changed"; a retry re-reads the table and re-checks for
-    conflicts). The runner creates the staged-files manifest with the same properties (runner/destinations/spark/destination.py, STATE_TABLE_PROPERTIES). -#}
+    conflicts). They are partitioned by their first key column (the target table; the
+    manifest's entity): Iceberg's conflict check then looks only at what another apply added to
+    the same target, so the applies of one build run at once (threads). The runner makes them
+    alike before dbt runs (runner/destinations/spark/destination.py, STATE_TABLE_PROPERTIES). -#}
 {% macro state_table_properties() %}
   {{ return(adapter.dispatch('state_table_properties', 'cdc')()) }}
 {% endmacro %}
@@ -90,6 +93,16 @@
              'write.delete.mode': 'merge-on-read', 'commit.retry.num-retries': '20'}) }}
 {% endmacro %}
 {% macro databricks__state_table_properties() %}{{ return({}) }}{% endmacro %}
+
+{% macro state_table_partition_clause(spec) %}
+  {{ return(adapter.dispatch('state_table_partition_clause', 'cdc')(spec)) }}
+{% endmacro %}
+{% macro default__state_table_partition_clause(spec) %}{{ return('') }}{% endmacro %}
+{% macro spark__state_table_partition_clause(spec) %}
+  {%- if var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return('') }}{%- endif -%}
+  {{ return(' partitioned by (' ~ adapter.quote(spec.key[0]) ~ ')') }}
+{% endmacro %}
+{% macro databricks__state_table_partition_clause(spec) %}{{ return('') }}{% endmacro %}
 
 {% macro state_table_properties_clause() %}
   {%- set props = cdc.state_table_properties() -%}

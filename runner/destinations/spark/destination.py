@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runner.contract import lineage_columns, state_table
+from runner.contract import contract, lineage_columns, state_table
 from runner.destinations.base import (
     Destination,
     StagedBatch,
@@ -50,7 +50,9 @@ _CONFLICT = re.compile(
 # The state tables on Iceberg, as the package's cdc.state_table_properties() makes them: shared
 # by every entity's runner and apply, so written merge-on-read (no copy-on-write runtime filter
 # that fails when another writer committed between planning and writing), and a commit retried
-# more often than Iceberg's default 4 times while other writers keep committing.
+# more often than Iceberg's default 4 times while other writers keep committing. They are also
+# partitioned by their first key column (the target table; the manifest's entity): Iceberg's
+# conflict check then looks only at what another apply added to the same target.
 STATE_TABLE_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
     "write.merge.mode": "merge-on-read",
@@ -368,25 +370,42 @@ class SparkTableWriter(StagingWriter):
         ).first()
         return (int(row["snapshot_id"]), str(row["added"] or 0)) if row else None
 
-    def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
-        spec = state_table("staged_files")
-        cols = list(spec.columns)
+    def _state_tables(self, spark: SparkSession) -> None:
+        """Every state table that is missing, made as the package makes it. Here, before dbt
+        runs, because the models of one build apply at once (threads) and would otherwise
+        all find the markers table missing and create it together."""
+        if getattr(self, "_state_tables_made", False):
+            return
+        from pyspark.sql.functions import col
+
         _ensure_namespace(spark, self._name(self.state_schema)[0])
-        table, plain = self._name(self.state_schema, spec.identifier)
-        rows = [tuple(r[c] for c in cols) for r in manifest_rows(batch)]
-        new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
-        if not spark.catalog.tableExists(plain):
-            create = new.limit(0).writeTo(table).using(self.table_format)
+        for name in contract().state_tables:
+            spec = state_table(name)
+            table, plain = self._name(self.state_schema, spec.identifier)
+            if spark.catalog.tableExists(plain):
+                continue
+            schema = ", ".join(f"`{c}` {kind}" for c, kind in spec.columns.items())
+            create = spark.createDataFrame([], schema).writeTo(table).using(self.table_format)
             if self.table_format == "iceberg":
                 for key, value in STATE_TABLE_PROPERTIES.items():
                     create = create.tableProperty(key, value)
+                create = create.partitionedBy(col(spec.key[0]))
             _create_unless_there(create.create)
-        else:  # a table made by an earlier version gains the columns appended since
-            have = {c.lower() for c in spark.table(plain).columns}
-            missing = [c for c in cols if c.lower() not in have]
-            if missing:
-                added = ", ".join(f"`{c}` {spec.columns[c]}" for c in missing)
-                spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
+        self._state_tables_made = True
+
+    def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
+        spec = state_table("staged_files")
+        cols = list(spec.columns)
+        self._state_tables(spark)
+        table, plain = self._name(self.state_schema, spec.identifier)
+        rows = [tuple(r[c] for c in cols) for r in manifest_rows(batch)]
+        new = spark.createDataFrame(rows, ", ".join(f"`{c}` {spec.columns[c]}" for c in cols))
+        # a table made by an earlier version gains the columns appended since
+        have = {c.lower() for c in spark.table(plain).columns}
+        missing = [c for c in cols if c.lower() not in have]
+        if missing:
+            added = ", ".join(f"`{c}` {spec.columns[c]}" for c in missing)
+            spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({added})")
         view = "__cdc_new_staged_files"
         new.createOrReplaceTempView(view)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.key)
