@@ -266,6 +266,7 @@ class SparkTableWriter(StagingWriter):
         self.table_format = table_format
         self.catalog = catalog
         self.state_schema = state_schema
+        self._state_tables_made = False
 
     def _name(self, *parts: str) -> tuple[str, str]:
         """(quoted name for SQL, plain name for the catalog API)."""
@@ -374,13 +375,12 @@ class SparkTableWriter(StagingWriter):
         """Every state table that is missing, made as the package makes it. Here, before dbt
         runs, because the models of one build apply at once (threads) and would otherwise
         all find the markers table missing and create it together."""
-        if getattr(self, "_state_tables_made", False):
+        if self._state_tables_made:
             return
         from pyspark.sql.functions import col
 
         _ensure_namespace(spark, self._name(self.state_schema)[0])
-        for name in contract().state_tables:
-            spec = state_table(name)
+        for spec in contract().state_tables.values():
             table, plain = self._name(self.state_schema, spec.identifier)
             if spark.catalog.tableExists(plain):
                 continue
