@@ -377,20 +377,18 @@ class SparkTableWriter(StagingWriter):
         all find the markers table missing and create it together."""
         if self._state_tables_made:
             return
-        from pyspark.sql.functions import col
-
         _ensure_namespace(spark, self._name(self.state_schema)[0])
         for spec in contract().state_tables.values():
             table, plain = self._name(self.state_schema, spec.identifier)
             if spark.catalog.tableExists(plain):
                 continue
-            schema = ", ".join(f"`{c}` {kind}" for c, kind in spec.columns.items())
-            create = spark.createDataFrame([], schema).writeTo(table).using(self.table_format)
+            # DDL, not an empty DataFrame's CTAS: creating a table runs no Spark job
+            columns = ", ".join(f"`{c}` {kind}" for c, kind in spec.columns.items())
+            ddl = f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING {self.table_format}"
             if self.table_format == "iceberg":
-                for key, value in STATE_TABLE_PROPERTIES.items():
-                    create = create.tableProperty(key, value)
-                create = create.partitionedBy(col(spec.key[0]))
-            _create_unless_there(create.create)
+                props = ", ".join(f"'{k}' = '{v}'" for k, v in STATE_TABLE_PROPERTIES.items())
+                ddl += f" PARTITIONED BY (`{spec.key[0]}`) TBLPROPERTIES ({props})"
+            _create_unless_there(lambda ddl=ddl: spark.sql(ddl))
         self._state_tables_made = True
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
