@@ -47,6 +47,20 @@ def test_runner_session_realises_the_profile_settings(spark, spark_project: Path
     spark.sql("drop table platform_check.t purge")
 
 
+def test_the_session_jvm_maps_the_class_archive_setup_wrote(spark) -> None:
+    """`make setup` (`runner init`) writes the environment's Spark class archive, and the JVM of
+    a session the runner builds maps it: the JVM accepted it (it runs without an archive of
+    another build or class path, silently)."""
+    from runner.destinations.spark.class_archive import archive_path
+
+    path = archive_path()
+    assert path is not None and path.is_file(), f"no class archive at {path}: run `runner init`"
+    proc = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    # the launcher's pid is the JVM's: spark-submit execs java
+    assert str(path) in maps, f"the session's JVM did not map {path}"
+
+
 def test_runner_and_dbt_read_the_same_profile(spark_project: Path) -> None:
     """dbt's own profile loader yields exactly the runner's Spark settings."""
     from dbt.adapters.spark.connections import SparkCredentials

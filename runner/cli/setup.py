@@ -14,6 +14,7 @@ import yaml
 from audit import AuditDB, redact_url
 from runner.cli.options import Context, global_options
 from runner.destinations.spark.catalog import drop_schema, jdbc_catalogs, migrate_derby
+from runner.destinations.spark.class_archive import make_archive
 from runner.destinations.spark.session import check_java, link_iceberg_jar, link_jdbc_driver
 from runner.errors import UsageError
 from runner.samples import write_samples
@@ -198,7 +199,8 @@ def new_entity(
 @global_options
 @click.pass_obj
 def init(obj: Context) -> None:
-    """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check."""
+    """Prepare a checkout: ./profiles.yml from the example, the Iceberg jar link, Java check,
+    and the environment's Spark class archive (a faster start for every Spark session)."""
     root = Path(obj.project_dir or ".").resolve()
     profiles = root / "profiles.yml"
     example = root / "profiles.example.yml"
@@ -234,6 +236,12 @@ def init(obj: Context) -> None:
     click.echo(f"Iceberg runtime: {link_iceberg_jar(root)}")
     click.echo(f"PostgreSQL JDBC driver (Spark catalog): {link_jdbc_driver(root)}")
     click.echo(f"Java: {check_java()}")
+    made = make_archive()
+    if made is not None:
+        path, seconds = made
+        click.echo(
+            f"Spark class archive: {path}" + (f" (written in {seconds:.0f} s)" if seconds else "")
+        )
 
 
 DEFAULT_CATALOG = "env_var('CDC_CATALOG_SCHEMA', 'cdc_catalog')"

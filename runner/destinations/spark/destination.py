@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runner.contract import contract, lineage_columns, state_table
@@ -388,7 +389,7 @@ class SparkTableWriter(StagingWriter):
             if self.table_format == "iceberg":
                 props = ", ".join(f"'{k}' = '{v}'" for k, v in STATE_TABLE_PROPERTIES.items())
                 ddl += f" PARTITIONED BY (`{spec.key[0]}`) TBLPROPERTIES ({props})"
-            _create_unless_there(lambda ddl=ddl: spark.sql(ddl))
+            _create_unless_there(partial(spark.sql, ddl))
         self._state_tables_made = True
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:

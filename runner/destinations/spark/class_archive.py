@@ -1,0 +1,187 @@
+"""A class-data-sharing archive of Spark's classes, so that a runner's JVM starts warm.
+
+A cold `runner run` spends seconds loading and verifying the same tens of thousands of Spark
+classes every time. The JVM can keep them mapped from an archive (CDS): `runner init` (run by
+`make setup`) writes one for the installed pyspark and Java, by running a small Spark job of
+the kinds staging and the applies run in a JVM started with ``-XX:ArchiveClassesAtExit``; every
+session the runner starts after that maps it (``-XX:SharedArchiveFile``). The archive belongs
+to the environment (it sits under ``sys.prefix``), not to a project: every checkout using the
+same environment shares it. A missing or stale archive only means a slower start: the JVM
+checks the archive against its own build and class path and runs without it if they differ
+(its message about that is switched off).
+
+Run as ``python -m runner.destinations.spark.class_archive DEST`` it is the job whose JVM
+writes the archive at DEST.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# The options the runner adds to the driver JVM when an archive is there; a profile that sets
+# any CDS option of its own keeps its own.
+_OWN_CDS = re.compile(r"-XX:(SharedArchiveFile|ArchiveClassesAtExit)|-Xshare:")
+# The JVM's "Unable to use shared archive" (an archive of another build), on stdout or stderr.
+_SILENT = " ".join(
+    f"-Xlog:{tags}=off{out}" for out in ("", ":stderr") for tags in ("cds", "cds+dynamic")
+)
+
+
+def _java_home() -> Path | None:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return Path(home)
+    java = shutil.which("java")
+    return Path(java).resolve().parent.parent if java else None
+
+
+def archive_path() -> Path | None:
+    """Where this environment's archive is (or would be): named by pyspark's version and the
+    Java build that would run it. None: no Java to run Spark at all."""
+    import pyspark
+
+    home = _java_home()
+    if home is None:
+        return None
+    release = home / "release"
+    build = release.read_text(errors="replace") if release.exists() else str(home)
+    jars = Path(pyspark.__file__).parent / "jars"
+    names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
+    key = hashlib.sha256("\n".join([str(home.resolve()), build, *names]).encode()).hexdigest()
+    return Path(sys.prefix) / "share" / "cdc" / f"spark-{pyspark.__version__}-{key[:12]}.jsa"
+
+
+def with_archive(java_options: str) -> str:
+    """``java_options`` plus the archive's options when the archive exists: after them, so
+    that the JVM's message about an archive it cannot use stays off wherever they send the
+    JVM's log."""
+    if _OWN_CDS.search(java_options):
+        return java_options
+    path = archive_path()
+    if path is None or not path.is_file():
+        return java_options
+    return f"{java_options} -XX:SharedArchiveFile={path} {_SILENT}".strip()
+
+
+def make_archive(timeout: float = 900) -> tuple[Path, float] | None:
+    """Write this environment's archive unless it is there: (path, seconds it took; 0 when it
+    was there). None: no Java. Several setups at once take turns; the archive appears whole
+    or not at all."""
+    path = archive_path()
+    if path is None:
+        return None
+    if path.is_file():
+        return path, 0.0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".archive.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return path, 0.0
+        started = time.monotonic()
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, str(partial)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"the Spark class archive could not be written: {last}")
+        os.replace(partial, path)
+        for stale in path.parent.glob("spark-*.jsa"):
+            if stale != path:
+                stale.unlink(missing_ok=True)
+        return path, time.monotonic() - started
+
+
+def _workload(dest: str) -> None:
+    """A small job of each kind the runner's JVM runs: delimited text and JSON read with a
+    schema, a window, Parquet, and an Iceberg table created, appended to, merged into, deleted
+    from and inspected (the Iceberg jar itself is loaded apart and is not archived; the Spark
+    classes it calls are)."""
+    from pyspark.sql import SparkSession
+
+    from runner.destinations.spark.session import JVM_OUTPUT_TO_STDERR, installed_iceberg_jar
+
+    work = Path(tempfile.mkdtemp(prefix="cdc-class-archive-"))
+    try:
+        spark = (
+            SparkSession.builder.appName("cdc-class-archive")
+            .master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.jars", str(installed_iceberg_jar()))
+            .config(
+                "spark.sql.extensions",
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+            )
+            .config("spark.sql.catalog.work", "org.apache.iceberg.spark.SparkCatalog")
+            .config("spark.sql.catalog.work.type", "hadoop")
+            .config("spark.sql.catalog.work.warehouse", str(work / "warehouse"))
+            .config("spark.sql.warehouse.dir", str(work / "spark-warehouse"))
+            .config(
+                "spark.driver.extraJavaOptions",
+                f"{JVM_OUTPUT_TO_STDERR} -XX:ArchiveClassesAtExit={dest}",
+            )
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        (work / "in.csv").write_text("Op,seq,id,name,amount\nI,1,1,a,1.50\nU,2,1,b,2.25\n")
+        (work / "in.json").write_text('{"op":"c","id":2,"name":"c"}\n')
+        schema = "Op string, seq string, id int, name string, amount decimal(10,2)"
+        csv = spark.read.schema(schema).option("header", True).csv(str(work / "in.csv"))
+        spark.read.schema("op string, id int, name string").json(str(work / "in.json")).count()
+        csv.createOrReplaceTempView("changes")
+        last = spark.sql(
+            "SELECT *, row_number() OVER (PARTITION BY id ORDER BY seq DESC) AS n, "
+            "sha2(concat_ws('|', id, seq), 256) AS h FROM changes"
+        ).where("n = 1")
+        last.write.parquet(str(work / "out"))
+        last.createOrReplaceTempView("last")
+        spark.read.parquet(str(work / "out")).groupBy("id").count().collect()
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS work.db")
+        spark.sql(
+            "CREATE TABLE work.db.t (id int, name string, amount decimal(10,2), seq string) "
+            "USING iceberg PARTITIONED BY (id) "
+            "TBLPROPERTIES ('write.merge.mode' = 'merge-on-read')"
+        )
+        csv.select("id", "name", "amount", "seq").writeTo("work.db.t").append()
+        spark.sql(
+            "MERGE INTO work.db.t t USING (SELECT * FROM last WHERE Op <> 'D') s "
+            "ON t.id = s.id WHEN MATCHED THEN UPDATE SET t.name = s.name "
+            "WHEN NOT MATCHED THEN INSERT (id, name, amount, seq) "
+            "VALUES (s.id, s.name, s.amount, s.seq)"
+        )
+        spark.sql("DELETE FROM work.db.t WHERE id = 2")
+        spark.sql("SELECT snapshot_id, summary FROM work.db.t.snapshots").collect()
+        spark.sql("SELECT * FROM work.db.t ORDER BY id").collect()
+        spark.sql("DESCRIBE TABLE EXTENDED work.db.t").collect()
+        spark.sql("DROP TABLE work.db.t PURGE")
+        # The JVM writes the archive as it exits: stop it and wait for that here, so that the
+        # archive is whole when this process ends (the JVM exits when its stdin closes).
+        gateway = spark.sparkContext._gateway
+        spark.stop()
+        proc = getattr(gateway, "proc", None)
+        if proc is not None and proc.stdin is not None:
+            proc.stdin.close()
+            proc.wait(timeout=600)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    _workload(sys.argv[1])
