@@ -158,3 +158,31 @@ def test_second_dbt_build_merges_into_the_existing_iceberg_table(
         ).collect()
     ]
     assert len(ops) == snapshots_before + 2  # our insert, then dbt's MERGE
+
+
+def test_state_tables_are_made_partitioned_and_an_unpartitioned_one_gains_its_field(
+    spark,
+) -> None:
+    """The runner makes the missing state tables partitioned by their first key column, and a
+    state table an earlier version made without it gains the field, keeping its rows."""
+    from helpers.project import drop_database, new_schema
+
+    from runner.contract import contract, state_table
+    from runner.destinations.spark.destination import SparkTableWriter
+
+    schema = new_schema("state")
+    markers = state_table("applied_files")
+    columns = ", ".join(f"`{c}` {kind}" for c, kind in markers.columns.items())
+    spark.sql(f"CREATE NAMESPACE {schema}")
+    try:
+        spark.sql(f"CREATE TABLE {schema}.{markers.identifier} ({columns}) USING iceberg")
+        row = {c: None for c in markers.columns} | {markers.key[0]: "x.customers"}
+        spark.createDataFrame([row], columns).writeTo(f"{schema}.{markers.identifier}").append()
+        SparkTableWriter("iceberg", state_schema=schema)._state_tables(spark)
+        for spec in contract().state_tables.values():
+            ddl = spark.sql(f"SHOW CREATE TABLE {schema}.{spec.identifier}").first()[0]
+            assert f"PARTITIONED BY ({spec.key[0]})" in ddl, ddl
+        kept = spark.table(f"{schema}.{markers.identifier}").collect()
+        assert [r[markers.key[0]] for r in kept] == ["x.customers"]
+    finally:
+        drop_database(spark, schema)

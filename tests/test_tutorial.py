@@ -86,7 +86,32 @@ def other_formats() -> dict[str, tuple[str, str, dict[int, object]]]:
     }
 
 
-def test_the_tutorial_runs_as_written(cli_project) -> None:  # noqa: ANN001
+# The page in three parts, each its own test so that the two workers share it: the first
+# entity's walk; every declaration then the last local run; every declaration then the run on
+# PostgreSQL. Each command of the page runs in one of them, as written, in the page's order.
+WALK, LOCAL, POSTGRES = "first entity", "all entities", "postgres"
+
+
+def parts(commands: list[list[str]], part: str) -> list[str]:
+    """The page's commands (blocks after `make setup`) that ``part`` runs, in order."""
+    lines = [line for block in commands for line in block]
+    runs = [i for i, line in enumerate(lines) if line.startswith(("runner run", "dbt show"))]
+    local_run, postgres_run = runs[-2], runs[-1]
+    assert lines[postgres_run].endswith("--target postgres"), lines[postgres_run]
+    if part == WALK:  # up to and with `runner status`
+        status = next(i for i, line in enumerate(lines) if line.startswith("runner status"))
+        return lines[: status + 1]
+    # files landed and declared (mkdir, cp, new-entity); then the one run
+    declared = [
+        line
+        for i, line in enumerate(lines)
+        if not line.startswith(("runner run", "dbt show", "runner status"))
+    ]
+    return [*declared, lines[local_run if part == LOCAL else postgres_run]]
+
+
+@pytest.mark.parametrize("part", [WALK, LOCAL, POSTGRES])
+def test_the_tutorial_runs_as_written(cli_project, part: str) -> None:  # noqa: ANN001
     cli = cli_project("local", without=CHANGES_HISTORY, processes=True)
     # The postgres target's Audit DB in a schema of this test's own (the only difference from
     # what a user's environment has: runner.yml's default is shared by every project).
@@ -99,42 +124,57 @@ def test_the_tutorial_runs_as_written(cli_project) -> None:  # noqa: ANN001
     assert commands[0] == ["make setup"], commands[0]
     ran: list[str] = []
     try:
-        for block in commands[1:]:
-            for line in block:
-                env = on_postgres if line.endswith("--target postgres") else cli.env
-                done = subprocess.run(["bash", "-c", line], cwd=cli.root, env=env,
-                                      capture_output=True, text=True, timeout=900)  # fmt: skip
-                assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stderr}"
-                ran.append(line)
-                if line.startswith("dbt show"):  # step 4: the first two Files applied
-                    shown = re.findall(r"\|\s*(\d+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)\s*\|", done.stdout)
-                    got = {int(i): (s, Decimal(a)) for i, s, a in shown}
-                    assert got == oracle(["LOAD00000001.csv", "20260301-090000000.csv"]), (
-                        done.stdout
-                    )
-        assert any(ln.endswith("--target postgres") for ln in ran), ran
+        for line in parts(commands[1:], part):
+            env = on_postgres if line.endswith("--target postgres") else cli.env
+            done = subprocess.run(["bash", "-c", line], cwd=cli.root, env=env,
+                                  capture_output=True, text=True, timeout=900)  # fmt: skip
+            assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stderr}"
+            ran.append(line)
+            if line.startswith("dbt show"):  # step 4: the first two Files applied
+                shown = re.findall(r"\|\s*(\d+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)\s*\|", done.stdout)
+                got = {int(i): (s, Decimal(a)) for i, s, a in shown}
+                assert got == oracle(["LOAD00000001.csv", "20260301-090000000.csv"]), done.stdout
+            if line.startswith("runner status"):  # step 5: the third File applied too
+                assert "orders" in done.stdout, done.stdout
         everything = oracle(sorted(p.name for p in FILES.glob("*.csv")))
-        local = cli.table("{{ ref('orders') }}")
-        assert {int(r["order_id"]): (r["status"], Decimal(str(r["amount"]))) for r in local} == (
-            everything
-        )
-        for name, (key, column, want) in formats.items():
-            rows = cli.table(f"{{{{ ref('{name}') }}}}")
-            got = {int(r[key]): value(r[column]) for r in rows}
-            assert got == want, (name, got, want)
-        conn = pg_connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f'select order_id, status, amount from "{cli.schema}".orders')
-                assert {int(i): (s, a) for i, s, a in cur.fetchall()} == everything
-                for name, (key, column, want) in formats.items():
-                    cur.execute(f'select "{key}", "{column}" from "{cli.schema}"."{name}"')
-                    got = {int(k): value(v) for k, v in cur.fetchall()}
-                    assert got == want, (name, got, want)
-        finally:
-            conn.close()
-        again = subprocess.run(["bash", "-c", "runner run --landing landing"], cwd=cli.root,
-                               env=cli.env, capture_output=True, text=True)  # fmt: skip
-        assert again.returncode == 0 and "nothing new" in again.stdout, again.stdout
+        if part == WALK:
+            local = cli.table("{{ ref('orders') }}")
+            got = {int(r["order_id"]): (r["status"], Decimal(str(r["amount"]))) for r in local}
+            assert got == everything
+        elif part == LOCAL:
+            local = cli.table("{{ ref('orders') }}")
+            got = {int(r["order_id"]): (r["status"], Decimal(str(r["amount"]))) for r in local}
+            assert got == everything
+            for name, (key, column, want) in formats.items():
+                rows = cli.table(f"{{{{ ref('{name}') }}}}")
+                got_values = {int(r[key]): value(r[column]) for r in rows}
+                assert got_values == want, (name, got_values, want)
+            again = subprocess.run(["bash", "-c", "runner run --landing landing"], cwd=cli.root,
+                                   env=cli.env, capture_output=True, text=True)  # fmt: skip
+            assert again.returncode == 0 and "nothing new" in again.stdout, again.stdout
+        else:
+            assert ran[-1].endswith("--target postgres"), ran
+            conn = pg_connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f'select order_id, status, amount from "{cli.schema}".orders')
+                    assert {int(i): (s, a) for i, s, a in cur.fetchall()} == everything
+                    for name, (key, column, want) in formats.items():
+                        cur.execute(f'select "{key}", "{column}" from "{cli.schema}"."{name}"')
+                        got_values = {int(k): value(v) for k, v in cur.fetchall()}
+                        assert got_values == want, (name, got_values, want)
+            finally:
+                conn.close()
     finally:
         drop_pg_schemas(cli.schema, cli.schema + "_audit")
+
+
+def test_the_three_parts_run_every_command_of_the_page() -> None:
+    """Each command of the page runs in one of the parts; the first entity's walk as a whole."""
+    blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    commands = [[ln for ln in b.splitlines() if ln.strip()] for b in blocks][1:]
+    lines = [line for block in commands for line in block]
+    covered = {line for part in (WALK, LOCAL, POSTGRES) for line in parts(commands, part)}
+    assert covered == set(lines), set(lines) - covered
+    walk = parts(commands, WALK)
+    assert walk == lines[: len(walk)] and walk[-1].startswith("runner status"), walk

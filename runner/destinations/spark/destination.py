@@ -99,6 +99,16 @@ def _ensure_namespace(spark: SparkSession, name: str) -> None:
     _create_unless_there(lambda: spark.sql(f"CREATE DATABASE IF NOT EXISTS {name}"))
 
 
+def partition_columns(spark: SparkSession, table: str) -> list[str]:
+    """The columns of a table's partition spec, as `DESCRIBE TABLE` lists them after its
+    "# Partition Information" line (identity partitions by name, others as transforms)."""
+    rows = [str(r["col_name"]) for r in spark.sql(f"DESCRIBE TABLE {table}").collect()]
+    if "# Partition Information" not in rows:
+        return []
+    after = rows[rows.index("# Partition Information") + 1 :]
+    return [name for name in after if name and not name.startswith("#")]
+
+
 def quote(*parts: str) -> str:
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
 
@@ -382,6 +392,8 @@ class SparkTableWriter(StagingWriter):
         for spec in contract().state_tables.values():
             table, plain = self._name(self.state_schema, spec.identifier)
             if spark.catalog.tableExists(plain):
+                if self.table_format == "iceberg":
+                    self._partition_state_table(spark, table, spec.key[0])
                 continue
             # DDL, not an empty DataFrame's CTAS: creating a table runs no Spark job
             columns = ", ".join(f"`{c}` {kind}" for c, kind in spec.columns.items())
@@ -391,6 +403,22 @@ class SparkTableWriter(StagingWriter):
                 ddl += f" PARTITIONED BY (`{spec.key[0]}`) TBLPROPERTIES ({props})"
             _create_unless_there(partial(spark.sql, ddl))
         self._state_tables_made = True
+
+    @staticmethod
+    def _partition_state_table(spark: SparkSession, table: str, column: str) -> None:
+        """A state table made unpartitioned (by an earlier version) gains its partition field,
+        as a new one is made: otherwise the applies of two targets at once conflict on it."""
+
+        def partitioned() -> bool:
+            return bool(partition_columns(spark, table))
+
+        if partitioned():
+            return
+        try:
+            spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD `{column}`")
+        except Exception:  # noqa: BLE001 - another runner may have added it meanwhile
+            if not partitioned():
+                raise
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:
         spec = state_table("staged_files")
