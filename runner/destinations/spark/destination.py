@@ -408,16 +408,12 @@ class SparkTableWriter(StagingWriter):
     def _partition_state_table(spark: SparkSession, table: str, column: str) -> None:
         """A state table made unpartitioned (by an earlier version) gains its partition field,
         as a new one is made: otherwise the applies of two targets at once conflict on it."""
-
-        def partitioned() -> bool:
-            return bool(partition_columns(spark, table))
-
-        if partitioned():
+        if partition_columns(spark, table):
             return
         try:
             spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD `{column}`")
         except Exception:  # noqa: BLE001 - another runner may have added it meanwhile
-            if not partitioned():
+            if not partition_columns(spark, table):
                 raise
 
     def _manifest(self, spark: SparkSession, batch: StagedBatch) -> None:

@@ -153,6 +153,8 @@ def build_session(
     _ensure_runtime(conf, project)
     ensure_schema(conf)
     conf = quiet(conf)
+    # the environment's class archive mapped when there is one (class_archive)
+    conf["spark.driver.extraJavaOptions"] = with_archive(conf["spark.driver.extraJavaOptions"])
     builder = SparkSession.builder.appName(app_name)
     if hive_support:
         builder = builder.enableHiveSupport()
@@ -176,9 +178,8 @@ def _debug() -> bool:
 
 def quiet(conf: dict[str, str]) -> dict[str, str]:
     """``conf`` plus what keeps Spark's WARN lines and stage bars out of a user's terminal
-    (errors still print), unless the settings already say otherwise or ``--debug`` is on, the
-    JVM's own output off stdout, and the environment's class archive mapped when there is one
-    (``class_archive``)."""
+    (errors still print), unless the settings already say otherwise or ``--debug`` is on, and
+    the JVM's own output off stdout."""
     out = dict(conf)
     out.setdefault("spark.ui.showConsoleProgress", "false")
     opts = out.get("spark.driver.extraJavaOptions", "")
@@ -188,7 +189,6 @@ def quiet(conf: dict[str, str]) -> dict[str, str]:
         # JVM's default log decorations. The settings' own options come after, so theirs win.
         opts = f"{JVM_OUTPUT_TO_STDERR} {opts}".strip()
         out["spark.driver.extraJavaOptions"] = opts
-    out["spark.driver.extraJavaOptions"] = opts = with_archive(opts)
     if "log4j2.configurationFile" not in opts and not _debug():
         out["spark.driver.extraJavaOptions"] = (
             f"{opts} -Dlog4j2.configurationFile={LOG4J2.as_uri()}".strip()
