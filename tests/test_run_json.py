@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +23,9 @@ from audit.store import MARKER_COUNTS as COUNTS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
-SMALL_CODE_CACHE = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=10m"
+# Large pages asked for on a machine that has none configured: the JVM says so at once in its
+# log, at warning level, and runs on as usual.
+LARGE_PAGES = f"{TEST_JAVA_OPTIONS} -XX:+UseLargePages"
 PHASES = {"spark_start", "reconcile", "discover", "hash", "stage", "dbt_fixed", "dbt_nodes"}
 
 
@@ -198,18 +201,21 @@ def expected_summary(markers: list[dict], staged: int) -> list[dict]:
 
 
 def test_json_stdout_stays_json_when_the_jvm_itself_warns(cli_project) -> None:  # noqa: ANN001
-    """The JVM writes its own warnings (unified logging: "CodeCache is full", ...) to stdout by
-    default; a JVM given a code cache too small to hold what it compiles says so at once, and
-    `--json` must still print nothing but its JSON on stdout, the warning on stderr."""
+    """The JVM writes its own warnings (unified logging: "CodeCache is full", "UseLargePages
+    disabled", ...) to stdout by default; a JVM asked for large pages on a machine without them
+    says so at once, and `--json` must still print nothing but its JSON on stdout, the warning
+    on stderr."""
+    huge = Path("/proc/meminfo").read_text()
+    assert "HugePages_Total:       0" in huge, "this machine has large pages: the JVM won't warn"
     cli = cli_project("local", processes=True)
     shutil.copytree(REPO / "landing" / "customers", cli.root / "landing" / "customers")
     for name in ("runner.yml", "profiles.yml"):  # staging's and the target's JVM settings
         settings = cli.root / name
         text = settings.read_text()
         assert TEST_JAVA_OPTIONS in text, name
-        settings.write_text(text.replace(TEST_JAVA_OPTIONS, SMALL_CODE_CACHE))
+        settings.write_text(text.replace(TEST_JAVA_OPTIONS, LARGE_PAGES))
     out = cli("runner", "run", "--json", "--landing", "landing")
-    assert "CodeCache is full" in out.stderr, out.stderr  # the JVM did warn
+    assert "UseLargePages disabled" in out.stderr, out.stderr  # the JVM did warn
     assert out.stdout.startswith("{"), out.stdout[:2000]
     summary = json.loads(out.stdout)  # and stdout is the one JSON object
     assert summary["ok"], summary
