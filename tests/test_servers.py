@@ -5,7 +5,8 @@ PostgreSQL, a server of the test's own (tests/helpers/servers.py), is stopped at
 postgres target it holds the tables and the Audit DB; on the embedded default (local) the
 Iceberg catalog. The run ends with a one-line error (no traceback) instead of hanging; once the
 server is back, the same command run again at once finishes: every File COMMITTED with one
-marker, the table equal to the plain-Python oracle's, nothing applied twice.
+marker, the table equal to the plain-Python oracle's, nothing applied twice. (On local Spark,
+where every run is a JVM, the run again after the first moment is the one stopped at the next.)
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_b
             cli, server, phase, "run", "--target", target, "--landing", str(landing)
         )
         server.start()
+        if not in_process and phase != PHASES[target][-1]:
+            # A process is a JVM here: the next moment's run is this one's "run it again" (it
+            # gets past this moment before it reaches its own); the last is run again below.
+            continue
         cli.runner("run", "--landing", str(landing))  # at once: no lease to wait out
         states = audit_rows(cli, "select path, state, attempts from files")
         # A server going away is nobody's File's fault: no attempt counts against one.
