@@ -106,10 +106,18 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
             p.wait(timeout=60)
 
 
-def test_runner_and_dbt_build_on_a_standalone_cluster(cli_project, spark_cluster: Cluster) -> None:  # noqa: ANN001
+def test_runner_and_dbt_build_on_a_standalone_cluster(
+    cli_project,  # noqa: ANN001
+    spark_cluster: Cluster,
+    request: pytest.FixtureRequest,
+) -> None:
     cli = cli_project("cluster", without=CHANGES_HISTORY, processes=True)
     cli.env["CDC_SPARK_MASTER"] = spark_cluster.url
-    CATALOG_SCHEMAS.append(cli.env["CDC_CATALOG_SCHEMA"] + "_cluster")  # the cluster target's
+    cli.catalog_schema = cli.env["CDC_CATALOG_SCHEMA"] + "_cluster"  # the cluster target's
+    CATALOG_SCHEMAS.append(cli.catalog_schema)
+    # The table is read back here, by the worker's own session, from the folder the cluster
+    # wrote (dbt build ran on the cluster in the runner's application).
+    cli.spark = lambda: request.getfixturevalue("spark")
     landing = cli.root / "landing" / "customers"
     files = generate_customers(landing, initial=600, files=5, changes_per_file=200)
 

@@ -361,8 +361,9 @@ class Cli:
         table is as readable from this process's SparkSession, at the metadata file the
         project's JDBC catalog schema names for it: a plain `ref`, a state or staging table's
         `source` or schema.table, with an optional `where`. The rows go through the agate
-        table `dbt show` makes, so the values are the same. None: read it with `dbt show`."""
-        if self.target != "local" or None in (self.spark, self.catalog_schema):
+        table `dbt show` makes, so the values are the same. None: read it with `dbt show`.
+        (The cluster target's warehouse is a folder of this machine too.)"""
+        if self.target not in ("local", "cluster") or None in (self.spark, self.catalog_schema):
             return None
         match = SIMPLE_RELATION.fullmatch(relation.strip())
         if match is None:
