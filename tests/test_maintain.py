@@ -66,7 +66,6 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
     cli = cli_project(target)
     landing = cli.root / "landing" / "customers"
     first = [write(landing / n, rows) for n, rows in ROUND_1.items()]
-    cli.runner("run", "--landing", "landing")
     second = [write(landing / n, rows) for n, rows in ROUND_2.items()]
     cli.runner("run", "--landing", "landing")
     third = [write(landing / n, rows) for n, rows in ROUND_3.items()]
