@@ -151,8 +151,13 @@ WRITES = re.compile(
 )  # matched against _start(): the statement without its leading comments
 DROP = re.compile(r"drop\b", re.I)
 # On Spark every statement but a temporary view's is its own commit; a killed process loses its
-# temporary views, so a stop before one leaves what a stop before the next commit leaves.
-SPARK_COMMITS = re.compile(r"^(?!create or replace temporary view|drop view)", re.I)
+# temporary views, so a stop before one leaves what a stop before the next commit leaves. So
+# does a stop before an apply's scratch table (`<model>__cdc_batch`, ...): the next build makes
+# it again from what is committed, before it writes anything else.
+SPARK_COMMITS = re.compile(
+    r"^(?!create or replace temporary view|drop view|create or replace table [\w.`]*__cdc_)",
+    re.I,
+)
 
 
 def _model_of(name: str | None, models: tuple[str, ...]) -> str | None:
