@@ -14,11 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
+    Column,
     Connection,
     Engine,
+    MetaData,
+    String,
     Table,
     case,
     create_engine,
@@ -31,19 +34,24 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
-from audit.models import AuditFile, FileEvent, FileMarker, FileState, Run
+from audit.models import FileState
+from audit.models import file_events as events_t
+from audit.models import file_markers as markers_t
+from audit.models import files as files_t
+from audit.models import runs as runs_t
 
-files_t = cast(Table, AuditFile.__table__)
-events_t = cast(Table, FileEvent.__table__)
-runs_t = cast(Table, Run.__table__)
-markers_t = cast(Table, FileMarker.__table__)
 # The row counts a marker carries, as the file_markers table has them (its rows_* columns; a
 # test checks they are the contract's cdc_applied_files counts).
 MARKER_COUNTS = tuple(c.name for c in markers_t.columns if c.name.startswith("rows_"))
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+# The newest migration's revision (tests/test_audit_states.py checks it is Alembic's head): a
+# run compares the Audit DB's revision with it and imports Alembic only to migrate.
+HEAD_REVISION = "0004"
+# Alembic's record of the revision a database is at.
+_alembic_version_t = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 # Files per statement of a batched transition (well under SQLite's bound on parameters).
 BATCH = 500
 # The event that notes a STAGED File held by its transaction group (note_held).
@@ -300,13 +308,15 @@ class AuditDB:
             conn.commit()
 
     def current_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
+        """The revision the Audit DB is at, read from Alembic's version table without importing
+        Alembic; None when it has no tables yet (or, with several, not one revision)."""
         with self.engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"version_table_schema": self.schema})
-            rev: str | None = ctx.get_current_revision()
+            try:
+                revisions = conn.execute(select(_alembic_version_t.c.version_num)).scalars().all()
+            except (OperationalError, ProgrammingError):  # no version table: a new database
+                revisions = []
             conn.rollback()
-            return rev
+        return str(revisions[0]) if len(revisions) == 1 else None
 
     def head_revision(self) -> str | None:
         from alembic.script import ScriptDirectory
@@ -315,7 +325,7 @@ class AuditDB:
 
     def ensure_current(self) -> None:
         """Upgrade to the newest revision when behind; a no-op when current."""
-        if self.current_revision() != self.head_revision():
+        if self.current_revision() != HEAD_REVISION:
             self.upgrade()
 
     # -- runs ---------------------------------------------------------------------------

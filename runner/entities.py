@@ -19,7 +19,7 @@ import yaml
 
 from runner.contract import PREFIX
 from runner.errors import ConfigError
-from runner.project import IDENTIFIER, Project
+from runner.project import IDENTIFIER, Project, load_yaml
 
 FORMATS = ("csv", "json", "parquet", "debezium")
 MODES = ("cdc", "snapshot", "transactions")
@@ -221,7 +221,7 @@ class Entity:
 
 
 def _yaml_files(project: Project) -> list[Path]:
-    dbt_conf = yaml.safe_load((project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
+    dbt_conf = load_yaml((project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
     files: list[Path] = []
     for folder in dbt_conf.get("model-paths", ["models"]):
         base = project.dbt_project_dir / folder
@@ -245,7 +245,7 @@ def load_entities(project: Project) -> dict[str, Entity]:
     entities: dict[str, Entity] = {}
     for path in _yaml_files(project):
         try:
-            doc = yaml.safe_load(path.read_text()) or {}
+            doc = load_yaml(path.read_text()) or {}
         except yaml.YAMLError as exc:
             problems.append(f"{path}: not valid YAML: {exc}")
             continue

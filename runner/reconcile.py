@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runner.dbt_invoke import parsed_manifest
 from runner.invocation import Invocation
+from runner.project import load_yaml
 
 log = logging.getLogger("runner.reconcile")
 
@@ -51,7 +50,7 @@ def manifest_path(inv: Invocation) -> Path:
     dbt_project.yml's target-path, else ``target``)."""
     folder = os.environ.get("DBT_TARGET_PATH")
     if not folder:
-        conf = yaml.safe_load((inv.project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
+        conf = load_yaml((inv.project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
         folder = str(conf.get("target-path") or "target")
     return inv.project.dbt_project_dir / folder / "manifest.json"
 

@@ -11,7 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from audit import AuditDB, FileState, IllegalTransition, utcnow
-from audit.models import AuditFile, Run
+from audit.models import files as files_table
+from audit.models import runs as runs_table
+from audit.store import HEAD_REVISION
 from runner.ids import new_process_id
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -200,8 +202,8 @@ def test_expired_leases_and_silent_runs_elsewhere_are_reclaimed(audit_db: AuditD
     # A run on another host cannot be checked for its process: its heartbeat decides.
     with audit_db.engine.begin() as conn:
         conn.execute(
-            sa.update(Run.__table__)
-            .where(Run.__table__.c.process_id == owner)
+            sa.update(runs_table)
+            .where(runs_table.c.process_id == owner)
             .values(host="another-host", heartbeat_at=utcnow())
         )
     assert audit_db.recover(new_process_id()).aborted_runs == []
@@ -357,7 +359,7 @@ def test_unique_constraint_forbids_registering_same_content_twice(audit_db: Audi
         created_at=now,
         updated_at=now,
     )
-    table = AuditFile.__table__
+    table = files_table
     with audit_db.engine.begin() as conn:
         conn.execute(sa.insert(table).values(path="/a.csv", **row))
     with pytest.raises(sa.exc.IntegrityError), audit_db.engine.begin() as conn:
@@ -387,7 +389,8 @@ def test_migrations_build_exactly_the_models(audit_db: AuditDB) -> None:
         )
         diff = compare_metadata(ctx, metadata)
     assert diff == []
-    assert audit_db.current_revision() == audit_db.head_revision()
+    # A run reads the revision without Alembic and compares it with HEAD_REVISION.
+    assert audit_db.current_revision() == audit_db.head_revision() == HEAD_REVISION
 
 
 def _committed(db: AuditDB, path: str, content_hash: str, entity: str = "customers") -> int:

@@ -1,8 +1,9 @@
 """A run costs what its new Files cost. With nothing to stage and nothing waiting for an apply,
 `runner run` starts no JVM and no dbt and changes no table (run as a process whose Java does not
-exist: starting Spark would fail it). With new Files for one entity, dbt builds that entity's
-source and what depends on it, and nothing of the other entities (dbt's own run results,
-against dbt's own lineage graph); the tables equal the fold of the landing Files."""
+exist: starting Spark would fail it), and imports neither (Python's import report). With new
+Files for one entity, dbt builds that entity's source and what depends on it, and nothing of the
+other entities (dbt's own run results, against dbt's own lineage graph); the tables equal the
+fold of the landing Files."""
 
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ def _no_java_run(cli, spark) -> None:  # noqa: ANN001
     assert before, "the tables the earlier runs built"
     results = cli.root / "dbt_project" / "target" / "run_results.json"
     results_before = results.read_bytes()
-    env = dict(cli.env, JAVA_HOME="/nonexistent/java")
+    # Python reports every module the process imports (stderr): neither dbt nor PySpark, nor
+    # Alembic while the Audit DB is at the newest revision.
+    env = dict(cli.env, JAVA_HOME="/nonexistent/java", PYTHONPROFILEIMPORTTIME="1")
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "java").exists())
     for args in (["run", "--landing", "landing"], ["run", "--landing", "landing", "--json"]):
         out = subprocess.run(
@@ -51,6 +54,13 @@ def _no_java_run(cli, spark) -> None:  # noqa: ANN001
             cwd=cli.root, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+        imported = {
+            line.rsplit("|", 1)[1].strip().split(".")[0]
+            for line in out.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        assert "sqlalchemy" in imported, out.stderr[-2000:]  # the report is there
+        assert not imported & {"dbt", "dbt_common", "pyspark", "py4j", "alembic"}, sorted(imported)
         if "--json" in args:
             summary = json.loads(out.stdout)
             assert summary["nothing_new"] is True and summary["built"] == [], summary

@@ -1,14 +1,17 @@
 """runner.yml's retention and maintain_every: read with their defaults, and a wrong value is
-one ConfigError naming the file and the key (no Spark, no database)."""
+one ConfigError naming the file and the key (no Spark, no database). profiles.yml: the runner's
+rendering of a target is dbt's own, with or without importing dbt."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from helpers.project import REPO
 
 from runner.errors import ConfigError
-from runner.project import RunnerSettings
+from runner.project import RunnerSettings, _env_vars_rendered, load_yaml
 
 
 def _load(tmp_path: Path, text: str) -> RunnerSettings:
@@ -47,3 +50,47 @@ def test_a_wrong_retention_setting_is_one_clear_error(tmp_path: Path, text: str,
     with pytest.raises(ConfigError) as raised:
         _load(tmp_path, text)
     assert says in str(raised.value) and "runner.yml" in str(raised.value)
+
+
+def test_a_profile_renders_as_dbt_renders_it_without_importing_dbt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every target of profiles.example.yml, with its variables unset and set, and the cases
+    around them, rendered without dbt equal dbt's ProfileRenderer's result; any other Jinja, or a
+    variable that is not set and has no default, is left to dbt."""
+    from dbt.config.renderer import ProfileRenderer
+    from dbt_common.context import set_invocation_context
+
+    def dbt_renders(value: object) -> object:
+        set_invocation_context(dict(os.environ))
+        return ProfileRenderer({}).render_data({"v": value})["v"]
+
+    outputs = load_yaml((REPO / "profiles.example.yml").read_text())["cdc"]["outputs"]
+    cases = [
+        *outputs.values(),
+        "{{env_var(\"CDC_T_SET\",'9')}}:{{ env_var('CDC_T_UNSET', '') }}x",
+        "{{ env_var('CDC_T_UNSET', '[1, 2]') }}",
+        " {{ env_var('CDC_T_SET') }} ",
+        "{{ env_var('CDC_T_UNSET', '5432') | int }}",
+        "{{ env_var('CDC_T_UNSET', '2.5') | int }}",
+        "{{ env_var('CDC_T_UNSET', 'x') | int }}",
+        ["{{ env_var('CDC_T_SET') }}", 3, None, True, 2.5],
+    ]
+    for setting in ({}, {"CDC_PG_PORT": "5433", "CDC_SCHEMA": "s1", "CDC_T_SET": "7"}):
+        for name in ("CDC_PG_PORT", "CDC_SCHEMA", "CDC_T_SET", "CDC_T_UNSET"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in setting.items():
+            monkeypatch.setenv(name, value)
+        for case in cases[:-7] if not setting else cases:
+            ok, rendered = _env_vars_rendered(case)
+            assert ok, case
+            assert rendered == dbt_renders(case), case
+    for left_to_dbt in (
+        "{{ env_var('CDC_T_UNSET') }}",  # dbt says it is required
+        "{{ env_var('CDC_T_SET') | int }}:1",
+        "{{ env_var('CDC_T_SET') | float }}",
+        "{{ 'a' ~ 'b' }}",
+        "{% if true %}x{% endif %}",
+        {"nested": ["{{ target.name }}"]},
+    ):
+        assert _env_vars_rendered(left_to_dbt) == (False, None), left_to_dbt
