@@ -48,106 +48,80 @@
         'tx': q(fields.tx), 'order': q(fields.order), 'ts': q(fields.ts)}) -%}
   {%- endfor -%}
   {%- set in_group -%}({% for m in member_list %}{{ m.collection }}{{ ', ' if not loop.last }}{% endfor %}){%- endset -%}
+  {%- set ts = dbt.type_timestamp() -%}
+  {#- One pass over each input: every fact about a transaction (its BEGIN and END records, each
+      member's events, the ledger's previous row) becomes a row of cdc_facts; grouped per
+      (transaction, collection), then per transaction; the clock and the earliest open
+      transaction are windows over all of them. (Each CTE is read once: Spark inlines a CTE
+      at every reference, and plans and runs it again there.) -#}
   {%- set sql -%}
-with cdc_meta as (
-  select {{ q('id') }} as tx_id, {{ q('status') }} as status, {{ q('ts_ms') }} as ts_ms,
-    {{ q('data_collection') }} as data_collection, {{ q('collection_events') }} as n
+with cdc_facts as (
+  select {{ q('id') }} as tx_id, {{ q('data_collection') }} as data_collection,
+    case when {{ q('status') }} = 'BEGIN' then {{ q('ts_ms') }} end as begin_ms,
+    case when {{ q('status') }} = 'END' then {{ q('ts_ms') }} end as end_ms,
+    {{ q('ts_ms') }} as first_ms, {{ q('ts_ms') }} as last_ms,
+    case when {{ q('status') }} = 'END' and {{ q('data_collection') }} in {{ in_group }}
+      then {{ q('collection_events') }} end as expected,
+    cast(null as {{ big }}) as staged,
+    cast(null as {{ str }}) as prev_status, cast(null as {{ ts }}) as prev_settled_at
   from {{ transactions }}
-),
-cdc_events as (
   {%- for m in member_list %}
+  union all
   select {{ m.tx }} as tx_id, {{ m.collection }} as data_collection,
-    count(distinct {{ m.order }}) as n, min({{ m.ts }}) as first_ms, max({{ m.ts }}) as last_ms
+    cast(null as {{ big }}) as begin_ms, cast(null as {{ big }}) as end_ms,
+    min({{ m.ts }}) as first_ms, max({{ m.ts }}) as last_ms,
+    cast(null as {{ big }}) as expected, count(distinct {{ m.order }}) as staged,
+    cast(null as {{ str }}) as prev_status, cast(null as {{ ts }}) as prev_settled_at
   from {{ m.relation }}
   where {{ m.tx }} is not null
   group by {{ m.tx }}
-  {{- ' union all' if not loop.last }}
   {%- endfor %}
-),
-cdc_prev as (
   {%- if is_incremental() %}
-  select {{ q('transaction_id') }} as tx_id, {{ q('status') }} as status, {{ q('settled_at') }} as settled_at
+  union all
+  select {{ q('transaction_id') }} as tx_id, cast(null as {{ str }}) as data_collection,
+    cast(null as {{ big }}) as begin_ms, cast(null as {{ big }}) as end_ms,
+    cast(null as {{ big }}) as first_ms, cast(null as {{ big }}) as last_ms,
+    cast(null as {{ big }}) as expected, cast(null as {{ big }}) as staged,
+    {{ q('status') }} as prev_status, {{ q('settled_at') }} as prev_settled_at
   from {{ this }}
-  {%- else %}
-  select cast(null as {{ str }}) as tx_id, cast(null as {{ str }}) as status,
-    cast(null as {{ dbt.type_timestamp() }}) as settled_at
-  from (select 1 as cdc_one) as cdc_none where 1 = 0
   {%- endif %}
 ),
-cdc_ids as (
-  select tx_id from cdc_meta
-  union distinct select tx_id from cdc_events
-  union distinct select tx_id from cdc_prev
-),
-cdc_starts as (
-  select tx_id, min(ms) as start_ms from (
-    select tx_id, ts_ms as ms from cdc_meta
-    union all select tx_id, first_ms as ms from cdc_events
-  ) as cdc_t
-  group by tx_id
-),
-cdc_clock as (
-  select max(ms) as now_ms from (
-    select ts_ms as ms from cdc_meta
-    union all select last_ms as ms from cdc_events
-  ) as cdc_t
-),
-cdc_begin as (
-  select tx_id, min(ts_ms) as begin_ms from cdc_meta where status = 'BEGIN' group by tx_id
-),
-cdc_end as (
-  select tx_id, max(ts_ms) as end_ms from cdc_meta where status = 'END' group by tx_id
-),
-cdc_expected as (
-  select tx_id, data_collection, max(n) as n
-  from cdc_meta
-  where status = 'END' and data_collection in {{ in_group }}
+cdc_per_collection as (
+  select tx_id, min(begin_ms) as begin_ms, max(end_ms) as end_ms, min(first_ms) as first_ms,
+    max(last_ms) as last_ms, max(expected) as expected, sum(staged) as staged,
+    max(prev_status) as prev_status, max(prev_settled_at) as prev_settled_at
+  from cdc_facts
   group by tx_id, data_collection
 ),
-cdc_counts as (
-  select cdc_e.tx_id, sum(cdc_e.n) as expected,
-    sum(case when coalesce(cdc_v.n, 0) < cdc_e.n then 1 else 0 end) as short
-  from cdc_expected as cdc_e
-  left join cdc_events as cdc_v
-    on cdc_v.tx_id = cdc_e.tx_id and cdc_v.data_collection = cdc_e.data_collection
-  group by cdc_e.tx_id
-),
-cdc_staged as (
-  select tx_id, sum(n) as n from cdc_events group by tx_id
-),
-cdc_facts as (
-  select cdc_i.tx_id, cdc_b.begin_ms, cdc_x.end_ms, cdc_s.start_ms,
-    coalesce(cdc_c.expected, 0) as expected_events, coalesce(cdc_n.n, 0) as staged_events,
-    (cdc_x.end_ms is not null and coalesce(cdc_c.short, 0) = 0) as complete,
-    cdc_p.status as prev_status, cdc_p.settled_at as prev_settled_at,
-    cdc_k.now_ms - cdc_s.start_ms as age_ms
-  from cdc_ids as cdc_i
-  left join cdc_begin as cdc_b on cdc_b.tx_id = cdc_i.tx_id
-  left join cdc_end as cdc_x on cdc_x.tx_id = cdc_i.tx_id
-  left join cdc_starts as cdc_s on cdc_s.tx_id = cdc_i.tx_id
-  left join cdc_counts as cdc_c on cdc_c.tx_id = cdc_i.tx_id
-  left join cdc_staged as cdc_n on cdc_n.tx_id = cdc_i.tx_id
-  left join cdc_prev as cdc_p on cdc_p.tx_id = cdc_i.tx_id
-  cross join cdc_clock as cdc_k
+cdc_per_tx as (
+  select tx_id, min(begin_ms) as begin_ms, max(end_ms) as end_ms, min(first_ms) as start_ms,
+    max(last_ms) as last_ms, sum(expected) as expected, sum(staged) as staged,
+    sum(case when expected is not null and coalesce(staged, 0) < expected then 1 else 0 end) as short,
+    max(prev_status) as prev_status, max(prev_settled_at) as prev_settled_at
+  from cdc_per_collection
+  group by tx_id
 ),
 cdc_judged as (
-  select cdc_f.*,
+  select cdc_t.*,
+    (end_ms is not null and short = 0) as complete,
+    max(last_ms) over () - start_ms as age_ms
+  from cdc_per_tx as cdc_t
+),
+cdc_settled as (
+  select cdc_j.*,
     case
       when prev_status in ('released', 'quarantined') then prev_status
       when not complete and age_ms > {{ quarantine_ms }} then 'quarantined'
     end as settled
-  from cdc_facts as cdc_f
-),
-cdc_blocker as (
-  select min(start_ms) as blocker_ms from cdc_judged where settled is null and not complete
+  from cdc_judged as cdc_j
 ),
 cdc_status as (
-  select cdc_j.*,
+  select cdc_s.*,
     coalesce(settled, case
-      when complete and (cdc_w.blocker_ms is null or end_ms < cdc_w.blocker_ms) then 'released'
-      else 'held' end) as new_status
-  from cdc_judged as cdc_j
-  cross join cdc_blocker as cdc_w
+      when complete and (end_ms < min(case when settled is null and not complete then start_ms end) over ()
+        or min(case when settled is null and not complete then start_ms end) over () is null)
+      then 'released' else 'held' end) as new_status
+  from cdc_settled as cdc_s
 )
 select
   cast(tx_id as {{ str }}) as {{ q('transaction_id') }},
@@ -155,14 +129,14 @@ select
   cast(begin_ms as {{ big }}) as {{ q('begin_ms') }},
   cast(end_ms as {{ big }}) as {{ q('end_ms') }},
   cast(start_ms as {{ big }}) as {{ q('start_ms') }},
-  cast(expected_events as {{ big }}) as {{ q('expected_events') }},
-  cast(staged_events as {{ big }}) as {{ q('staged_events') }},
+  cast(coalesce(expected, 0) as {{ big }}) as {{ q('expected_events') }},
+  cast(coalesce(staged, 0) as {{ big }}) as {{ q('staged_events') }},
   cast(case when new_status = 'held' then age_ms end as {{ big }}) as {{ q('held_ms') }},
   (new_status = 'held' and age_ms > {{ report_ms }}) as {{ q('overdue') }},
   cast(case
     when prev_status = new_status then prev_settled_at
     when new_status in ('released', 'quarantined') then {{ cdc.now_utc() }}
-  end as {{ dbt.type_timestamp() }}) as {{ q('settled_at') }}
+  end as {{ ts }}) as {{ q('settled_at') }}
 from cdc_status
   {%- endset -%}
   {{ return(sql) }}
