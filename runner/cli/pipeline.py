@@ -236,7 +236,7 @@ def run(
 
     dbt builds what the new Files touch (their entities' models and what depends on them);
     extra arguments after `--` go to `dbt build` (for example `-- --select customers`) and
-    choose instead. With nothing new, neither Spark nor dbt starts.
+    choose instead. With nothing new, neither Spark nor dbt starts (nor is imported).
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
     quiet = as_json or not verbose()
