@@ -221,9 +221,8 @@ class Entity:
 
 
 def _yaml_files(project: Project) -> list[Path]:
-    dbt_conf = load_yaml((project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
     files: list[Path] = []
-    for folder in dbt_conf.get("model-paths", ["models"]):
+    for folder in project.dbt_conf.get("model-paths", ["models"]):
         base = project.dbt_project_dir / folder
         files.extend(sorted(base.rglob("*.yml")) + sorted(base.rglob("*.yaml")))
     return files

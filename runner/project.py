@@ -245,7 +245,12 @@ class Project:
     profile_name: str
     target_name: str
     target: dict[str, Any]
-    dbt_vars: dict[str, Any] = field(default_factory=dict)
+    # dbt_project.yml as parsed (empty when there is none): read once, here.
+    dbt_conf: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dbt_vars(self) -> dict[str, Any]:
+        return dict(self.dbt_conf.get("vars") or {})
 
     @property
     def state_dir(self) -> Path:
@@ -269,11 +274,10 @@ class Project:
         dbt_dir = (root / settings.dbt_project_dir).resolve()
         profile_name = "cdc"
         dbt_project_file = dbt_dir / "dbt_project.yml"
-        dbt_vars: dict[str, Any] = {}
+        dbt_conf: dict[str, Any] = {}
         if dbt_project_file.exists():
             dbt_conf = load_yaml(dbt_project_file.read_text()) or {}
             profile_name = str(dbt_conf.get("profile", profile_name))
-            dbt_vars = dict(dbt_conf.get("vars") or {})
         prof_dir = cls._profiles_dir(root, profiles_dir)
         profiles_file = prof_dir / "profiles.yml"
         if not profiles_file.exists():
@@ -301,7 +305,7 @@ class Project:
             profile_name=profile_name,
             target_name=str(target_name),
             target=rendered,
-            dbt_vars=dbt_vars,
+            dbt_conf=dbt_conf,
         )
 
     @staticmethod

@@ -24,7 +24,6 @@ from typing import Any
 
 from runner.dbt_invoke import parsed_manifest
 from runner.invocation import Invocation
-from runner.project import load_yaml
 
 log = logging.getLogger("runner.reconcile")
 
@@ -50,8 +49,7 @@ def manifest_path(inv: Invocation) -> Path:
     dbt_project.yml's target-path, else ``target``)."""
     folder = os.environ.get("DBT_TARGET_PATH")
     if not folder:
-        conf = load_yaml((inv.project.dbt_project_dir / "dbt_project.yml").read_text()) or {}
-        folder = str(conf.get("target-path") or "target")
+        folder = str(inv.project.dbt_conf.get("target-path") or "target")
     return inv.project.dbt_project_dir / folder / "manifest.json"
 
 
