@@ -1,6 +1,9 @@
 """`runner run --watch`: one process that keeps its SparkSession and its parsed dbt project,
 polls the landing roots, and runs a batch (ingest, `dbt build` of what the new Files touch,
-reconcile) whenever there is something new.
+reconcile) whenever there is something new. A landing root that is a local folder is also
+watched for changes (inotify on Linux, through watchdog): a File written there ends the wait at
+once instead of at the next poll. Polling stays, for roots in object storage and for what a
+notification misses.
 
 A poll costs a listing and an Audit DB lookup per File: no run is recorded, no Spark job and no
 dbt invocation happen until a File is new (or a waiting File is given another try). Each batch
@@ -19,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runner.dbt_invoke import parsed_dbt
@@ -32,8 +36,11 @@ from runner.summary import EntitySummary, summarize
 
 log = logging.getLogger("runner.watch")
 
-#: A batch that failed is tried again, with nothing new, after this many polls.
-RETRY_POLLS = 12
+#: A batch that failed is tried again, with nothing new, after this many seconds.
+RETRY_SECONDS = 60.0
+#: After a change in a watched folder, the poll waits until the folder has been quiet this long
+#: (a File still being written keeps it busy), and never longer than the poll interval.
+QUIET_SECONDS = 0.2
 
 
 @dataclass
@@ -58,6 +65,7 @@ class Stop:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.wake = threading.Event()  # set by a signal or a change in a watched folder
 
     def install(self) -> None:
         """Take SIGTERM and SIGINT (again: starting Spark replaces the SIGINT handler)."""
@@ -69,13 +77,65 @@ class Stop:
         if self.event.is_set():
             raise KeyboardInterrupt
         self.event.set()  # first: a second signal during the log line below is a second one
+        self.wake.set()
         log.warning("%s: stopping after the current batch", signal.Signals(signum).name)
 
     def is_set(self) -> bool:
         return self.event.is_set()
 
     def wait(self, seconds: float) -> None:
-        self.event.wait(seconds)
+        """Wait ``seconds``, or less: until stopped, or until a watched folder changed and then
+        stayed quiet for QUIET_SECONDS."""
+        deadline = time.monotonic() + seconds
+        woken = self.wake.wait(seconds)
+        while woken and not self.event.is_set():
+            self.wake.clear()
+            left = deadline - time.monotonic()
+            woken = left > 0 and self.wake.wait(min(QUIET_SECONDS, left))
+        self.wake.clear()
+
+
+class Changes:
+    """Sets ``wake`` whenever something is written, moved or removed under the local folders
+    among ``roots`` (a thread of watchdog's, inotify on Linux). A root it cannot watch (a URI,
+    a folder not there yet, the system's limit on watches) is polled only, as before."""
+
+    def __init__(self, roots: list[Any], wake: threading.Event) -> None:
+        self.roots = [r for r in roots if isinstance(r, Path)]
+        self.wake = wake
+        self.watched: list[Path] = []
+        self._observer: Any = None
+
+    def start(self) -> Changes:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        wake = self.wake
+
+        class _Handler(FileSystemEventHandler):
+            def on_any_event(self, event: Any) -> None:
+                if event.event_type not in ("opened", "closed_no_write"):
+                    wake.set()
+
+        observer = Observer()
+        for root in self.roots:
+            try:
+                if root.is_dir():
+                    observer.schedule(_Handler(), str(root), recursive=True)
+                    self.watched.append(root)
+            except OSError as exc:  # e.g. inotify's limit on watches: polled only
+                log.warning("%s: not watched for changes (%s); polled only", root, exc)
+        if self.watched:
+            observer.daemon = True
+            observer.start()
+            self._observer = observer
+        return self
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
 
 
 class _Poll:
@@ -118,21 +178,39 @@ def watch(
     max_batches: int | None = None,
     **ingest_args: Any,
 ) -> list[Batch]:
-    """Poll every ``interval`` seconds until ``stop`` (or ``max_batches`` batches); run a batch
-    when a File is new, when Files wait that the last batch did not see, and, after a failed
-    batch, every RETRY_POLLS polls. ``ingest_args``: as `runner run` takes them (landing,
-    entity_names, min_age_seconds, settle_seconds, effective_date)."""
+    """Poll every ``interval`` seconds (sooner when a watched folder changes) until ``stop`` (or
+    ``max_batches`` batches); run a batch when a File is new, when Files wait that the last
+    batch did not see, and, after a failed batch, every RETRY_SECONDS. ``ingest_args``: as
+    `runner run` takes them (landing, entity_names, min_age_seconds, settle_seconds,
+    effective_date)."""
     landing = ingest_args.get("landing")
     entity_names = ingest_args.get("entity_names")
     min_age_seconds = float(ingest_args.get("min_age_seconds") or 0.0)
     poll = _Poll(inv, landing, entity_names, min_age_seconds)
+    changes = Changes(poll.roots, stop.wake).start()
+    try:
+        return _loop(inv, poll, interval, stop, report, dbt_args, max_batches, ingest_args)
+    finally:
+        changes.close()
+
+
+def _loop(
+    inv: Invocation,
+    poll: _Poll,
+    interval: float,
+    stop: Stop,
+    report: Callable[[Batch], None],
+    dbt_args: list[str] | None,
+    max_batches: int | None,
+    ingest_args: dict[str, Any],
+) -> list[Batch]:
     batches: list[Batch] = []
     seen: set[int] | None = None  # the Files waiting after the last batch
-    since_failure: int | None = None  # polls since a failed batch
+    failed_at: float | None = None  # when the last batch failed
     dbt_runner: Any = None
     while not stop.is_set() and (max_batches is None or len(batches) < max_batches):
         waiting = poll.waiting()
-        retry = since_failure is not None and since_failure >= RETRY_POLLS
+        retry = failed_at is not None and time.monotonic() - failed_at >= RETRY_SECONDS
         if poll.new_files() or (waiting and (seen is None or waiting - seen)) or retry:
             if dbt_runner is None:
                 dbt_runner = parsed_dbt(inv.project)
@@ -141,9 +219,7 @@ def watch(
             report(batch)
             stop.install()
             seen = poll.waiting()
-            since_failure = None if batch.ok else 0
-        elif since_failure is not None:
-            since_failure += 1
+            failed_at = None if batch.ok else time.monotonic()
         inv.close()  # the Audit DB's connections; the SparkSession stays
         if not stop.is_set():
             stop.wait(interval)

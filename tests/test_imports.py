@@ -27,6 +27,7 @@ LAZY_ALLOWED = {
     "sqlalchemy",
     "pyarrow",
     "numpy",
+    "watchdog",  # only `runner run --watch` needs it
 }
 
 

@@ -213,10 +213,11 @@ def reconcile(obj: Context) -> None:
 )
 @click.option(
     "--interval",
-    default=5.0,
+    default=1.0,
     show_default=True,
     type=click.FloatRange(min=0.1),
-    help="With --watch: seconds between polls.",
+    help="With --watch: seconds between polls (a local landing folder is also watched for "
+    "changes: a File written there is seen at once).",
 )
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
