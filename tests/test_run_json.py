@@ -24,8 +24,9 @@ from audit.store import MARKER_COUNTS as COUNTS
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.dbt]
 
 # Large pages asked for on a machine that has none configured: the JVM says so at once in its
-# log, at warning level, and runs on as usual.
-LARGE_PAGES = f"{TEST_JAVA_OPTIONS} -XX:+UseLargePages"
+# log, at warning level, and runs on as usual. And a user's own GC log, which the JVM writes to
+# its stdout unless told otherwise.
+LARGE_PAGES = f"{TEST_JAVA_OPTIONS} -XX:+UseLargePages -Xlog:gc"
 PHASES = {"spark_start", "reconcile", "discover", "hash", "stage", "dbt_fixed", "dbt_nodes"}
 
 
@@ -202,9 +203,9 @@ def expected_summary(markers: list[dict], staged: int) -> list[dict]:
 
 def test_json_stdout_stays_json_when_the_jvm_itself_warns(cli_project) -> None:  # noqa: ANN001
     """The JVM writes its own warnings (unified logging: "CodeCache is full", "UseLargePages
-    disabled", ...) to stdout by default; a JVM asked for large pages on a machine without them
-    says so at once, and `--json` must still print nothing but its JSON on stdout, the warning
-    on stderr."""
+    disabled", ...) and a GC log asked for with -Xlog:gc to stdout by default; a JVM asked for
+    large pages on a machine without them says so at once, and `--json` must still print
+    nothing but its JSON on stdout, the warning and the GC log on stderr."""
     huge = Path("/proc/meminfo").read_text()
     assert "HugePages_Total:       0" in huge, "this machine has large pages: the JVM won't warn"
     cli = cli_project("local", processes=True)
@@ -216,6 +217,7 @@ def test_json_stdout_stays_json_when_the_jvm_itself_warns(cli_project) -> None: 
         settings.write_text(text.replace(TEST_JAVA_OPTIONS, LARGE_PAGES))
     out = cli("runner", "run", "--json", "--landing", "landing")
     assert "UseLargePages disabled" in out.stderr, out.stderr  # the JVM did warn
+    assert "[gc]" in out.stderr, out.stderr  # and logged its collections
     assert out.stdout.startswith("{"), out.stdout[:2000]
     summary = json.loads(out.stdout)  # and stdout is the one JSON object
     assert summary["ok"], summary

@@ -14,6 +14,9 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -160,9 +163,33 @@ def build_session(
         builder = builder.enableHiveSupport()
     for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _jvm_stdout_on_stderr():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN" if _debug() else "ERROR")
     return session
+
+
+@contextmanager
+def _jvm_stdout_on_stderr() -> Iterator[None]:
+    """A JVM started in the block writes its stdout to this process's stderr: whatever a user's
+    JVM options print there (`-Xlog:gc`, `-verbose:class`, ...) stays out of `--json`. The
+    JVM is a child process and keeps the descriptor it was given; this process's stdout is
+    back as it was after the block."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout at all: nothing to keep clean
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
