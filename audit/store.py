@@ -29,6 +29,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     text,
     update,
@@ -311,9 +312,13 @@ class AuditDB:
         """The revision the Audit DB is at, read from Alembic's version table without importing
         Alembic; None when it has no tables yet (or, with several, not one revision)."""
         with self.engine.connect() as conn:
+            # Asked of the catalog first: a query of a missing table would be an ERROR in the
+            # server's log for every new Audit DB.
+            if not inspect(conn).has_table(_alembic_version_t.name, schema=self.schema):
+                return None
             try:
                 revisions = conn.execute(select(_alembic_version_t.c.version_num)).scalars().all()
-            except (OperationalError, ProgrammingError):  # no version table: a new database
+            except (OperationalError, ProgrammingError):  # dropped since: a new database
                 revisions = []
             conn.rollback()
         return str(revisions[0]) if len(revisions) == 1 else None
