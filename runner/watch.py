@@ -16,6 +16,7 @@ command again) applies what it left, once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -127,7 +128,14 @@ class Changes:
                 log.warning("%s: not watched for changes (%s); polled only", root, exc)
         if self.watched:
             observer.daemon = True
-            observer.start()
+            try:  # the watches are added here (inotify's limit is met here, not above)
+                observer.start()
+            except OSError as exc:
+                log.warning("landing folders not watched for changes (%s); polled only", exc)
+                with contextlib.suppress(Exception):
+                    observer.unschedule_all()
+                self.watched = []
+                return self
             self._observer = observer
         return self
 
