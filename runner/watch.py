@@ -99,7 +99,8 @@ class Stop:
 class Changes:
     """Sets ``wake`` whenever something is written, moved or removed under the local folders
     among ``roots`` (a thread of watchdog's, inotify on Linux). A root it cannot watch (a URI,
-    a folder not there yet, the system's limit on watches) is polled only, as before."""
+    a folder not there yet) is polled only, as before; so are the folders past the system's
+    limit on watches (watchdog watches what fits and says nothing)."""
 
     def __init__(self, roots: list[Any], wake: threading.Event) -> None:
         self.roots = [r for r in roots if isinstance(r, Path)]
@@ -120,15 +121,12 @@ class Changes:
 
         observer = Observer()
         for root in self.roots:
-            try:
-                if root.is_dir():
-                    observer.schedule(_Handler(), str(root), recursive=True)
-                    self.watched.append(root)
-            except OSError as exc:  # e.g. inotify's limit on watches: polled only
-                log.warning("%s: not watched for changes (%s); polled only", root, exc)
+            if root.is_dir():
+                observer.schedule(_Handler(), str(root), recursive=True)
+                self.watched.append(root)
         if self.watched:
             observer.daemon = True
-            try:  # the watches are added here (inotify's limit is met here, not above)
+            try:  # the watches are added here, not by schedule()
                 observer.start()
             except OSError as exc:
                 log.warning("landing folders not watched for changes (%s); polled only", exc)

@@ -4,6 +4,7 @@ storage, a folder not there yet) are left to polling."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -36,8 +37,8 @@ def test_a_file_landing_in_a_watched_folder_or_a_signal_ends_the_wait(tmp_path: 
         woken = waited(stop, threading.Timer(0.3, new_file.write_text, ["Op,id\nI,1\n"]))
         assert woken < LONG / 10, woken
         assert not stop.is_set()
-        # Nothing written: a wait ends by a signal's stop (the handler sets both events).
-        stop_now = threading.Timer(0.3, lambda: (stop.event.set(), stop.wake.set()))
+        # Nothing written: a wait ends by SIGTERM's handler.
+        stop_now = threading.Timer(0.3, stop._signalled, [signal.SIGTERM, None])
         assert waited(stop, stop_now) < LONG / 10
         assert stop.is_set()
     finally:
