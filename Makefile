@@ -48,7 +48,11 @@ jdbc-driver:
 	  exit 1; \
 	fi
 
+# The runner's own modules byte-compiled, as pip does for an installed package: a short command
+# (a run with nothing new) then does not compile them each time, also where
+# PYTHONDONTWRITEBYTECODE keeps Python from writing them itself.
 setup: $(VENV)/.installed jdbc-driver
+	@$(BIN)/python -m compileall -q runner audit > /dev/null
 	@$(BIN)/runner init
 	@$(BIN)/python tools/bq_emulator.py install
 	@cd dbt_project && ../$(BIN)/dbt deps --quiet

@@ -167,7 +167,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         )
         out.append(
             (
-                "latency: `runner run` with nothing new (no JVM, no dbt)",
+                "latency: `runner run` with nothing new (no JVM, no dbt), wall",
                 _s(c["noop_s"]),
                 "",
                 "",
@@ -175,6 +175,17 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 when,
             )
         )
+        if "noop_cpu_s" in c:
+            out.append(
+                (
+                    "latency: `runner run` with nothing new, CPU (user + system)",
+                    _s(c["noop_cpu_s"]),
+                    "",
+                    "",
+                    _within(c["noop_cpu_s"], c["noop_cpu_target_s"]),
+                    when,
+                )
+            )
         out.append(
             (
                 "latency: one new File, cold `runner run`, 10 declared entities vs 1"

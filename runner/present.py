@@ -1,20 +1,21 @@
-"""What the CLI prints: the Files table of `runner status`, the transaction groups, the runs
-of `runner runs`, the ingest line and the run summary of `runner ingest` and `runner run`, and
-their JSON forms. Plain aligned text when stdout is not a terminal, rich tables when it is."""
+"""What the CLI prints: `runner status` (its lines are drawn by runner/status.py), the
+transaction groups, the runs of `runner runs`, the ingest line and the run summary of `runner
+ingest` and `runner run`, and their JSON forms."""
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from audit.store import MARKER_COUNTS
+from runner import status as status_view
 from runner.summary import render
 
 log = logging.getLogger("runner")
@@ -53,14 +54,6 @@ def file_json(f: Any, markers: list[dict[str, Any]], now: datetime) -> dict[str,
     return out
 
 
-def _age(seconds: float) -> str:
-    """3s, 5m, 2h, 4d: how long ago, in one unit."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
-
-
 def _applied(markers: list[dict[str, Any]]) -> str:
     """A File's marker counts: `customers +3 ~1 -0 =2` per target table (inserted, updated,
     deleted, stale)."""
@@ -71,44 +64,35 @@ def _applied(markers: list[dict[str, Any]]) -> str:
     )
 
 
-def print_status_table(
-    files: list[Any], markers: dict[int, list[dict[str, Any]]], now: datetime
+def terminal_width() -> int | None:
+    """The terminal's columns when stdout is one; None (lines as long as they are) otherwise."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def print_status(
+    project: Any,
+    files: list[Any],
+    markers: dict[int, list[dict[str, Any]]],
+    now: datetime,
+    per_file: bool,
+    declared: list[str],
 ) -> None:
-    if not files:
+    """`runner status`: one line per entity, or with ``per_file`` one per File."""
+    if not files and not declared:
         click.echo("No Files registered yet. Land Files and run `runner ingest`.")
         return
-    if not sys.stdout.isatty():  # piped: one tab-separated line per File, nothing wrapped
-        click.echo(
-            "id\tentity\tstate\tattempts\tcontent_hash\tprocess_id\tpath\tlast_error"
-            "\tage_seconds\tapplied"
-        )
-        for f in files:
-            error = (f.last_error or "").replace("\n", " ")
-            age = (now - f.created_at).total_seconds()
-            click.echo(
-                f"{f.id}\t{f.entity}\t{f.state}\t{f.attempts}\t{f.content_hash}\t"
-                f"{f.staged_by or ''}\t{f.path}\t{error}\t{age:.0f}\t"
-                f"{_applied(markers.get(f.id, []))}"
-            )
-        return
-    console = Console()
-    table = Table(
-        title=f"{len(files)} Files (applied: +inserted ~updated -deleted =stale per table)"
-    )
-    for col in ("id", "entity", "path", "state", "attempts", "age", "applied", "reason"):
-        table.add_column(col, overflow="fold")
-    for f in files:
-        table.add_row(
-            str(f.id),
-            f.entity,
-            f.path,
-            f.state,
-            str(f.attempts),
-            _age((now - f.created_at).total_seconds()),
-            _applied(markers.get(f.id, [])),
-            (f.last_error or "")[:120],
-        )
-    console.print(table)
+    width = terminal_width()
+    roots = status_view.landing_prefixes(project.root, project.settings.landing_roots)
+    show = status_view.relative_to(roots, files)
+    if per_file:
+        applied = {f.id: _applied(markers.get(f.id, [])) for f in files}
+        lines = status_view.file_lines(files, applied, now, width, show)
+    else:
+        lines = status_view.entity_lines(status_view.by_entity(files, declared), now, width, show)
+    for line in lines:
+        click.echo(line)
 
 
 # The states `runner runs` names per run (its JSON has every state Files passed through).

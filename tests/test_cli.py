@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from helpers.project import REPO, make_project
 
 from audit import AuditDB, utcnow
+from runner import status
 from runner.ids import new_process_id
 
 RUNNER = str(Path(sys.executable).parent / "runner")
@@ -58,8 +60,21 @@ def test_status_json_lists_every_file_with_the_documented_keys(tmp_path: Path) -
         content_hash="a" * 64,
         process_id=pid,
     )
+    # under the project's landing root, with a long name and a reason of two lines
+    long_name = "customers/2026/03/01/" + "x" * 90 + "/20260301-081300000.csv"
+    bad = db.register_file(
+        entity="customers",
+        path=str(root / "landing" / long_name),
+        size=5,
+        mtime=utcnow(),
+        content_hash="b" * 64,
+        process_id=pid,
+    ).file
     db.claim(first.id, pid)
     db.mark_staged(first.id, pid, pid)
+    db.claim(bad.id, pid)
+    db.quarantine(bad.id, pid, "line 3, column 2: 'x' is not an integer\nmore detail")
+    records = db.files()
     db.dispose()
     out = run("--project-dir", str(root), "status", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -67,12 +82,39 @@ def test_status_json_lists_every_file_with_the_documented_keys(tmp_path: Path) -
     assert [(r["path"], r["state"]) for r in rows] == [
         ("/l/a.csv", "STAGED"),
         ("/l/b.csv", "DUPLICATE"),
+        (str(root / "landing" / long_name), "QUARANTINED"),
     ]
     required = {"path", "entity", "content_hash", "state", "attempts", "last_error", "process_id"}
     assert all(required <= set(r) for r in rows)
     assert rows[0]["process_id"] == pid and rows[0]["attempts"] == 1
+
+    # One line per entity (piped: nothing cut): customers has none committed, one waiting
+    # (seconds old), one quarantined with its File under the landing root and its reason's
+    # first line; a declared entity without Files is there too.
     table = run("--project-dir", str(root), "status", cwd=tmp_path)
-    assert table.returncode == 0 and "DUPLICATE" in table.stdout
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = ["entity", "committed", "waiting", "(oldest)", "quarantined", "failed", "last"]
+    assert lines[0].split() == [*header, "commit"], lines[0]
+    entity_line = next(line for line in lines if line.startswith("customers "))
+    assert re.fullmatch(r"customers +0 +1 \(\d+s\) +1 +0 +never", entity_line), entity_line
+    assert f"  quarantined: {long_name}: line 3, column 2: 'x' is not an integer" in lines
+    assert any(re.fullmatch(r"accounts +0 +0 +0 +0 +never", line) for line in lines), lines
+    files = run("--project-dir", str(root), "status", "--files", cwd=tmp_path).stdout
+    assert re.search(r"^ *2 +customers +DUPLICATE +0 +\d+s +/l/b\.csv$", files, re.M), files
+    assert f"  {long_name}" in files, files  # relative to the landing root
+
+    # At 80 columns (a terminal's width): nothing longer; the long path cut in its folder's
+    # middle keeps the folder's start and the File's name.
+    now = utcnow()
+    show = status.relative_to(status.landing_prefixes(root, ["landing"]), records)
+    for lines in (
+        status.entity_lines(status.by_entity(records, ["accounts"]), now, 80, show),
+        status.file_lines(records, {}, now, 80, show),
+    ):
+        assert all(len(line) <= 80 for line in lines), lines
+    cut = status.file_lines(records, {}, now, 80, show)[3]
+    assert len(cut) == 80 and re.search(r"  cust[\w/]*\.\.\.x+/20260301-081300000\.csv$", cut), cut
 
 
 def test_errors_are_one_line_with_exit_2_and_traceback_only_with_debug(tmp_path: Path) -> None:

@@ -134,8 +134,10 @@ def test_the_tutorial_runs_as_written(cli_project, part: str) -> None:  # noqa: 
                 shown = re.findall(r"\|\s*(\d+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)\s*\|", done.stdout)
                 got = {int(i): (s, Decimal(a)) for i, s, a in shown}
                 assert got == oracle(["LOAD00000001.csv", "20260301-090000000.csv"]), done.stdout
-            if line.startswith("runner status"):  # step 5: the third File applied too
-                assert "orders" in done.stdout, done.stdout
+            if line.startswith("runner status"):  # step 5: three Files committed, none waiting
+                assert re.search(r"^orders +3 +0 +0 +0 +\d+[smhd] ago$", done.stdout, re.M), (
+                    done.stdout
+                )
         everything = oracle(sorted(p.name for p in FILES.glob("*.csv")))
         if part == WALK:
             local = cli.table("{{ ref('orders') }}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ class ExitCode(enum.IntEnum):
     OK = 0
     FILES_FAILED = 1
     ERROR = 2
+
+
+# A process whose reader closed the pipe ends as one killed by SIGPIPE would: 128 + 13.
+SIGPIPE_EXIT = 141
 
 
 @dataclass
@@ -57,6 +62,11 @@ class RunnerGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            # the reader went away (`runner status | head`): stop as a Unix tool stopped by
+            # SIGPIPE does, saying nothing (stdout to /dev/null: Python's own flush at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(SIGPIPE_EXIT)
         except CdcError as exc:
             debug = _debug(ctx)
             if debug:

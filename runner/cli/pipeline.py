@@ -35,14 +35,23 @@ from runner.watch import Stop, watch
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, one object per File.")
 @click.option("--entity", help="Only this entity's Files.")
 @click.option(
+    "--files",
+    "per_file",
+    is_flag=True,
+    help="One line per File (state, attempts, age, path under its landing root, the rows its "
+    "markers counted) instead of one per entity.",
+)
+@click.option(
     "--groups",
     is_flag=True,
     help="Only the transaction groups: watermark, held and quarantined transactions (read "
     "from each group's ledger in the destination).",
 )
 @click.pass_obj
-def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> None:
-    """Show every File the Audit DB knows, with its state, then the transaction groups."""
+def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, groups: bool) -> None:
+    """Show each entity's Files: how many are committed, how many wait and since when, what is
+    quarantined and why, when the last was committed; then the transaction groups. `--files`:
+    every File."""
     inv = obj.invocation()
     if groups:
         found = group_status(inv)
@@ -53,7 +62,7 @@ def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> Non
         return
     try:
         files = inv.db.files(entity=entity)
-        markers = inv.db.file_markers()
+        markers = inv.db.file_markers() if as_json or per_file else {}
     finally:
         inv.close()
     now = datetime.now(UTC).replace(tzinfo=None)
@@ -64,7 +73,15 @@ def status(obj: Context, as_json: bool, entity: str | None, groups: bool) -> Non
             )
         )
         return
-    present.print_status_table(files, markers, now)
+    declared: list[str] = []
+    if entity is None:
+        try:
+            declared = sorted(inv.entities)
+        except Exception:  # noqa: BLE001 - the Audit DB's Files stand without the declarations
+            declared = []
+    elif not files:
+        declared = [entity]
+    present.print_status(inv.project, files, markers, now, per_file, declared)
     if entity is None:
         try:
             found = group_status(inv)
