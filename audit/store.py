@@ -797,10 +797,31 @@ class AuditDB:
                     )
         return moved
 
+    def keep_markers(self, found: dict[int, Sequence[dict[str, Any]]], process_id: str) -> None:
+        """Keep the markers of Files still STAGED (file id -> the markers found so far: some
+        of its targets applied it, others not yet), for display: the run summary counts what
+        a run applied whatever its Files' states. A marker kept before is left as it is."""
+        with self.engine.begin() as conn:
+            for file_id, markers in found.items():
+                if markers:
+                    self._keep_markers(conn, file_id, process_id, markers)
+
     @staticmethod
     def _keep_markers(
         conn: Connection, file_id: int, process_id: str, markers: Sequence[dict[str, Any]]
     ) -> None:
+        """A File's markers: each new one recorded by ``process_id``; one already kept from
+        the same dbt invocation stays with the run that recorded it first (a File committed
+        by a later run does not count its rows again), one from another invocation (the File
+        applied again) replaces it."""
+        kept = {
+            r.target_table: r.invocation_id
+            for r in conn.execute(
+                select(markers_t.c.target_table, markers_t.c.invocation_id).where(
+                    markers_t.c.file_id == file_id
+                )
+            )
+        }
         rows = [
             {
                 "file_id": file_id,
@@ -812,6 +833,13 @@ class AuditDB:
             }
             for m in markers
         ]
+        rows = [
+            r
+            for r in rows
+            if r["target_table"] not in kept or kept[r["target_table"]] != r["invocation_id"]
+        ]
+        if not rows:
+            return
         conn.execute(
             markers_t.delete().where(
                 markers_t.c.file_id == file_id,

@@ -22,22 +22,31 @@ log = logging.getLogger("runner")
 
 
 def print_groups(found: list[Any]) -> None:
-    """One line per group, then one per held or quarantined transaction."""
+    """One line per group, then one per held or quarantined transaction; times as the source
+    committed them (UTC), durations in source time."""
     for g in found:
         if not g.built:
             click.echo(f"group {g.group}: ledger {g.ledger} not built yet (run `dbt build`)")
             continue
         counts = ", ".join(f"{n} {s}" for s, n in sorted(g.counts.items())) or "no transactions"
-        click.echo(
-            f"group {g.group} ({', '.join(g.members)}): watermark_ms {g.watermark_ms}; {counts}"
+        upto = (
+            f"applied up to {status_view.source_time(g.watermark_ms)}"
+            if g.watermark_ms is not None
+            else "nothing released yet"
         )
+        click.echo(f"group {g.group} ({', '.join(g.members)}): {upto}; {counts}")
         for h in g.held:
             late = " OVERDUE" if h["overdue"] else ""
+            began = (
+                f"began {status_view.source_time(h['start_ms'])}, "
+                if h["start_ms"] is not None
+                else ""
+            )
             click.echo(
-                f"  held {h['transaction_id']}: {h['staged_events']} of "
+                f"  held {h['transaction_id']}: {began}{h['staged_events']} of "
                 f"{h['expected_events'] if h['end_ms'] is not None else '?'} events staged, "
                 f"{'ended' if h['end_ms'] is not None else 'no END yet'}, "
-                f"held for {h['held_ms']} ms of source time{late}"
+                f"waiting {status_view.duration_ms(h['held_ms'] or 0)} of source time{late}"
             )
         for tx in g.quarantined:
             click.echo(f"  quarantined {tx}: never ended in time; none of it applied")
@@ -248,6 +257,7 @@ def report_run(
                     "built": result.built,
                     "committed": result.reconcile.committed,
                     "waiting": result.reconcile.waiting,
+                    "waiting_for": result.reconcile.missing,
                     "entities": [e.as_json() for e in entities_done],
                     "tables": rows,
                     "audit": counts,
@@ -273,9 +283,15 @@ def report_run(
         if not result.dbt_ok:
             click.echo(f"error: {result.dbt_error}", err=True)
         echo_summary(entities_done)
+        missing = result.reconcile.missing
+        why = (
+            " (waiting for " + ", ".join(f"{t}: {n}" for t, n in sorted(missing.items())) + ")"
+            if missing
+            else ""
+        )
         click.echo(
             f"{result.reconcile.committed} Files committed, {result.reconcile.waiting} "
-            "staged and not applied; Audit DB: "
+            f"staged and not applied{why}; Audit DB: "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         )
         if rows:

@@ -33,6 +33,8 @@ class ReconcileResult:
     committed: int = 0
     waiting: int = 0  # STAGED, no marker yet: `dbt build` has not applied them
     targets: dict[str, list[str]] = field(default_factory=dict)  # file name -> target tables
+    # target table -> Files applied to some of their entity's targets and not yet to this one
+    missing: dict[str, int] = field(default_factory=dict)
 
 
 def applied_markers(inv: Invocation) -> dict[str, list[dict[str, Any]]]:
@@ -139,16 +141,24 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
     targets_of = apply_targets(inv)
     ready: dict[int, tuple[str | None, Sequence[dict[str, Any]]]] = {}
     targets: dict[int, list[str]] = {}
+    partly: dict[int, list[dict[str, Any]]] = {}
     for rec in staged:
         wanted = targets_of.get(rec.entity, set())
         found = [
             m for m in markers.get(rec.content_hash, []) if str(m["target_table"]).lower() in wanted
         ]
-        if not wanted or {str(m["target_table"]).lower() for m in found} != wanted:
+        have = {str(m["target_table"]).lower() for m in found}
+        if not wanted or have != wanted:
             result.waiting += 1
+            if found:  # applied to some targets: counted now, committed with the rest
+                partly[rec.id] = found
+                for table in sorted(wanted - have):
+                    result.missing[table] = result.missing.get(table, 0) + 1
             continue
         targets[rec.id] = sorted({m["target_table"] for m in found})
         ready[rec.id] = (f"marker in {', '.join(targets[rec.id])}", found)
+    if partly:
+        db.keep_markers(partly, process_id)
     # A File another runner reconciled since we read the STAGED Files is not returned.
     for moved in db.mark_committed_many(ready, process_id):
         result.committed += 1

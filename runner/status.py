@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 # Files in these states still have work ahead of them; the others are done with.
@@ -23,6 +23,27 @@ def age(seconds: float) -> str:
         if seconds >= size:
             return f"{int(seconds // size)}{unit}"
     return f"{max(int(seconds), 0)}s"
+
+
+def duration_ms(ms: float) -> str:
+    """A duration for a person: 3 ms, 12 s, 4 min, 2 h 5 min, 3 d 4 h."""
+    if ms < 1000:
+        return f"{int(ms)} ms"
+    seconds = int(ms // 1000)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if hours == 0:
+        return f"{minutes} min"
+    if days == 0:
+        return f"{hours} h" + (f" {minutes % 60} min" if minutes % 60 else "")
+    return f"{days} d" + (f" {hours % 24} h" if hours % 24 else "")
+
+
+def source_time(ms: int) -> str:
+    """A source's commit time in epoch milliseconds (Debezium's ts_ms) as a UTC timestamp."""
+    when = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S.") + f"{when.microsecond // 1000:03d} UTC"
 
 
 def middle(text: str, width: int) -> str:

@@ -260,3 +260,11 @@ def test_bigquery_target_with_no_emulator_running_says_how_to_start_it(tmp_path:
         assert out.returncode == 2, out.stderr
         assert "does not answer" in out.stderr and "make bq-up" in out.stderr, out.stderr
         assert out.stderr.strip().count("\n") == 0, out.stderr
+
+
+def test_times_read_as_a_person_reads_them() -> None:
+    """Durations in their largest units, source commit times (epoch ms) as UTC timestamps."""
+    said = {ms: status.duration_ms(ms) for ms in (3, 59_999, 60_000, 3_660_000, 90_000_000)}
+    assert said == {3: "3 ms", 59_999: "59 s", 60_000: "1 min", 3_660_000: "1 h 1 min",
+                    90_000_000: "1 d 1 h"}  # fmt: skip
+    assert status.source_time(1_770_000_022_003) == "2026-02-02 02:40:22.003 UTC"

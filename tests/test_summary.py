@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+from helpers.project import CHANGES_HISTORY, dbt_build
+from helpers.scenario import ROUND_1, CurrentOracle, scenario_project, write
+
+from audit import AuditDB
+from audit.store import MARKER_COUNTS as COUNTS
+from runner.ids import new_process_id
+from runner.ingest import ingest
+from runner.invocation import Invocation
+from runner.project import Project
+from runner.reconcile import ReconcileResult, reconcile, table_rows
+from runner.summary import summarize
+
 
 def test_the_run_summary_is_whole_at_80_and_200_columns() -> None:
     """Entity and target table names are never cut: a table when it fits, else one block per
@@ -37,3 +52,52 @@ def test_the_run_summary_is_whole_at_80_and_200_columns() -> None:
         for number in ("1200", "340", "17", "15"):
             assert number in text, (width, number, text)
         assert ("┃" in text) == (width == 200), text  # a table at 200, blocks at 80
+
+
+@pytest.mark.dbt
+def test_a_run_summary_counts_what_it_applied_whatever_its_files_states(
+    tmp_path: Path, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that builds only the current state (a user's own `--select +customers`): its
+    summary counts what it applied to customers, says the Files wait for the change history,
+    and the table's rows now are the oracle's. The run that then builds the history commits
+    the Files and counts only what it applied itself. On PostgreSQL, in this process."""
+    monkeypatch.setenv("CDC_SCHEMA", pg_schema)
+    root = scenario_project(tmp_path / "repo")
+    project = Project.load(root, target="postgres")
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+    inv = Invocation.of(project, db)
+    folder = tmp_path / "landing" / "customers"
+    files = [write(folder / n, rows) for n, rows in ROUND_1.items()]
+    changes = sum(len(p.read_text().splitlines()) - 1 for p in files)  # each has a header
+    current, changes_history = (f"{pg_schema}.{t}" for t in ("customers", CHANGES_HISTORY[0]))
+
+    def run(select: str) -> tuple[str, ReconcileResult]:
+        pid = new_process_id()
+        db.start_run(pid, "run", "postgres")
+        ingest(inv, pid, landing=[str(folder.parent)])
+        built = dbt_build(
+            root / "dbt_project", "postgres", "--select", select, "--exclude", "resource_type:test"
+        )
+        assert built.success, built.exception
+        return pid, reconcile(inv, pid)
+
+    first, done = run("+customers")
+    assert (done.committed, done.waiting, done.missing) == (0, len(files), {changes_history: len(files)})
+    (summary,) = summarize(db, first)
+    assert (summary.entity, summary.staged, summary.applied) == ("customers", len(files), 0)
+    assert [t.target_table.lower() for t in summary.targets] == [current]
+    counted = summary.targets[0]
+    assert counted.files == len(files)
+    assert sum(getattr(counted, c) for c in COUNTS) == changes  # every change counted once
+    now = CurrentOracle()
+    now.apply(files)
+    assert table_rows(inv, [current]) == {current: len(now.table())}
+
+    second, done = run("+customers_changes_history")
+    assert (done.committed, done.waiting, done.missing) == (len(files), 0, {})
+    (summary,) = summarize(db, second)
+    assert (summary.staged, summary.applied) == (0, len(files))
+    assert [t.target_table.lower() for t in summary.targets] == [changes_history]
+    db.dispose()

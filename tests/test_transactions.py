@@ -453,5 +453,7 @@ def test_a_group_on_bigquery_through_the_commands(
     run_scenario(landing, ingest_files, build, lambda t: bigquery_rows(cli, t), groups)
     # The readable form, as a user reads it.
     text = cli("runner", "status", "--target", "bigquery").stdout
-    assert "group shop_transactions (order_lines, orders): watermark_ms 4000010" in text
+    # the watermark as the source's commit time: T6's END, 4,000,010 ms after the epoch
+    upto = "applied up to 1970-01-01 01:06:40.010 UTC"
+    assert f"group shop_transactions (order_lines, orders): {upto}" in text, text
     assert "quarantined T5: never ended in time; none of it applied" in text
