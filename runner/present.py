@@ -135,18 +135,40 @@ def runs_json(found: list[dict[str, Any]], moved: dict[str, Any]) -> list[dict[s
 
 
 def print_runs(out: list[dict[str, Any]]) -> None:
+    """One line per run: when it started (UTC), command, target, outcome, how long it took,
+    what it did to Files, its process id. Where the terminal is too narrow for the id, it goes
+    on a line of its own under its run."""
     if not out:
         click.echo("No runs recorded yet.")
         return
+    width = terminal_width()
+    rows = []
     for r in out:
-        took = f"{r['seconds']:.1f}s" if r["seconds"] is not None else "-"
+        seconds = r["seconds"]
+        took = (
+            "-"
+            if seconds is None
+            else f"{seconds:.1f} s"
+            if seconds < 60
+            else status_view.duration_ms(seconds * 1000)
+        )
         # What the run did, as counts: "staged 17, committed 15" (not states: "17 STAGED").
         shown = [(s, r["files"][s]) for s in RUN_STATES if r["files"].get(s)]
         files = ", ".join(f"{s.lower()} {n}" for s, n in shown) or "no Files"
-        click.echo(
-            f"{r['started_at'][:19]}  {r['command']:<9} {r['target'] or '-':<10} "
-            f"{r['outcome']:<8} {took:>8}  {files}  {r['process_id']}"
-        )
+        started = r["started_at"][:19].replace("T", " ")
+        rows.append((started, r["command"], r["target"] or "-", r["outcome"], took, files))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for r, row in zip(out, rows, strict=True):
+        cells = [
+            c.ljust(w) if i != 4 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row[:5], widths, strict=True))
+        ]
+        line = "  ".join([*cells, row[5]])
+        if width is None or len(line) + 2 + len(r["process_id"]) <= width:
+            click.echo(f"{line}  {r['process_id']}")
+        else:
+            click.echo(status_view.clip(line, width))
+            click.echo(f"  {r['process_id']}")
 
 
 def echo_summary(entities: list[Any]) -> None:

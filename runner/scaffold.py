@@ -64,8 +64,16 @@ class Proposal:
             "meta": {"cdc": self.cdc},
             "columns": [{"name": c, "data_type": t} for c, t in self.columns],
         }
+        # `dbt source freshness`: when the entity's last File was staged (docs/operations.md)
+        config = {
+            "loaded_at_query": "{{ cdc.last_staged_at() }}",
+            "freshness": {
+                "warn_after": {"count": 1, "period": "day"},
+                "error_after": {"count": 3, "period": "day"},
+            },
+        }
         doc = {"version": 2, "sources": [{"name": f"cdc_{self.name}",
-               "schema": "{{ target.schema }}", "tables": [table]}]}  # fmt: skip
+               "schema": "{{ target.schema }}", "config": config, "tables": [table]}]}  # fmt: skip
         return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
 
     def files(self, project_dir: Path) -> dict[Path, str]:
