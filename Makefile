@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 EXTRAS := dev,bigquery,databricks
 
-.PHONY: setup jdbc-driver demo test test-fast test-record lint format bench bench-quick bq-up bq-down clean help docs
+.PHONY: setup jdbc-driver prometheus demo test test-fast test-record lint format bench bench-quick bq-up bq-down clean help docs
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -29,6 +29,23 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@$(BIN)/pip install --quiet -e '.[$(EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
+# Prometheus (Debian's package): the tests scrape a watch's metrics with a real server and check
+# docs/monitoring/cdc-alerts.yml with promtool. Installed when missing and we may; otherwise
+# said, and setup goes on (the runner does not need it).
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's prometheus (the metrics tests' server and promtool)"; \
+	  exec 9>/tmp/cdc-prometheus.lock; flock -w 900 9 || true; \
+	  command -v prometheus >/dev/null && exit 0; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	  { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null 2>&1 && \
+	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends prometheus >/dev/null; }; \
+	else \
+	  echo "Prometheus is missing (the tests need it): sudo apt-get install -y prometheus"; \
+	fi
+
 # The embedded default's Spark catalog lives in PostgreSQL: Spark needs its JDBC driver, from
 # Debian's libpostgresql-jdbc-java (installed here when missing and we may; two setups at once
 # take turns, and apt waits for another apt's lock), or a postgresql.jar you put in jars/.
@@ -51,7 +68,7 @@ jdbc-driver:
 # The runner's own modules byte-compiled, as pip does for an installed package: a short command
 # (a run with nothing new) then does not compile them each time, also where
 # PYTHONDONTWRITEBYTECODE keeps Python from writing them itself.
-setup: $(VENV)/.installed jdbc-driver
+setup: $(VENV)/.installed jdbc-driver prometheus
 	@$(BIN)/python -m compileall -q runner audit > /dev/null
 	@$(BIN)/runner init
 	@$(BIN)/python tools/bq_emulator.py install

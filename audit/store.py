@@ -878,6 +878,19 @@ class AuditDB:
         with self.engine.connect() as conn:
             return [dict(r) for r in conn.execute(query).mappings().all()]
 
+    def applied_totals(self) -> list[dict[str, Any]]:
+        """Per entity and target table, the marker counts the Audit DB keeps, summed over
+        every File (the metrics' rows applied): entity, target_table, rows_*."""
+        sums = [func.sum(markers_t.c[c]).label(c) for c in MARKER_COUNTS]
+        query = (
+            select(files_t.c.entity, markers_t.c.target_table, *sums)
+            .join(files_t, files_t.c.id == markers_t.c.file_id)
+            .group_by(files_t.c.entity, markers_t.c.target_table)
+            .order_by(files_t.c.entity, markers_t.c.target_table)
+        )
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings().all()]
+
     def run_file_counts(
         self, process_id: str | None = None
     ) -> dict[str, dict[str, dict[str, int]]]:

@@ -28,6 +28,7 @@ LAZY_ALLOWED = {
     "pyarrow",
     "numpy",
     "watchdog",  # only `runner run --watch` needs it
+    "prometheus_client",  # only `runner metrics` and `--metrics-port` need it
 }
 
 

@@ -1,8 +1,9 @@
 """`runner run --watch` as a user starts it, on local Spark, PostgreSQL and the BigQuery
 emulator: one process that applies Files landing over several polls, each exactly once; a bad
 File among them is quarantined and the loop goes on; SIGTERM in the middle of a batch lets it
-finish and stops the process. The same command without --watch afterwards gives the oracle's
-table, with one Applied File Marker per File."""
+finish and stops the process. On PostgreSQL a real Prometheus server scrapes the watch's
+metrics: what it stores equals the Audit DB, and the quarantine alert fires. The same command
+without --watch afterwards gives the oracle's table, with one Applied File Marker per File."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ from pathlib import Path
 import pytest
 from helpers.oracles import HEADER, customers_oracle, shown_customers
 from helpers.project import CHANGES_HISTORY, REPO, bigquery_rows
+from helpers.servers import _free_port, prometheus, prometheus_alerts, prometheus_query
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+
+ALERTS = REPO / "docs" / "monitoring" / "cdc-alerts.yml"
+INSERTED = 'cdc_rows_applied_total{kind="inserted"}'
 
 
 def _states(cli) -> dict[str, str]:  # noqa: ANN001
@@ -39,6 +44,44 @@ def _until(cli, proc, want: dict[str, str], timeout: float = 300) -> None:  # no
     raise AssertionError(f"not reached in {timeout:.0f} s: {want}; now {_states(cli)}")
 
 
+def _scraped_as_the_audit_db_says(cli, url: str) -> None:  # noqa: ANN001
+    """What Prometheus stored from the watch's metrics equals the Audit DB (`runner status
+    --json`): Files per entity and state, rows applied per target table; the watch counted the
+    quarantined File; the quarantine alert (docs/monitoring/cdc-alerts.yml) fires."""
+    files = json.loads(cli.runner("status", "--json").stdout)
+    states = Counter((f["entity"], f["state"]) for f in files)
+    inserted = Counter()
+    for f in files:
+        for m in f["markers"]:
+            inserted[m["target_table"]] += m["rows_inserted"]
+
+    def scraped(expr: str, *labels: str) -> dict[tuple[str, ...], int]:
+        return {
+            tuple(r["metric"].get(k, "") for k in labels): int(float(r["value"][1]))
+            for r in prometheus_query(url, expr)
+        }
+
+    deadline = time.monotonic() + 60
+    while True:
+        got = (
+            scraped("cdc_files", "entity", "state"),
+            scraped(f"sum by (target_table) ({INSERTED})", "target_table"),
+            scraped('cdc_batch_files_total{outcome="quarantined"}', "entity"),
+            {(a["labels"]["alertname"], a["labels"]["entity"], a["state"])
+             for a in prometheus_alerts(url)},
+        )  # fmt: skip
+        want = (
+            dict(states),
+            {(t,): n for t, n in inserted.items()},
+            {("customers",): 1},
+            {("CdcFileQuarantined", "customers", "firing")},
+        )
+        if got == want:
+            return
+        assert time.monotonic() < deadline, (got, want)
+        time.sleep(0.5)
+
+
 @pytest.mark.parametrize(
     "target", ["local", "postgres", pytest.param("bigquery", marks=pytest.mark.bigquery)]
 )
@@ -54,9 +97,12 @@ def test_watch_applies_files_landing_over_several_polls_once_and_stops_on_sigter
     assert load.name.startswith("LOAD")
     bad = "20260301-080700000.csv"
 
+    # On PostgreSQL, the watch also serves its metrics to a real Prometheus server.
+    metrics_port = _free_port() if target == "postgres" else None
+    served = ("--metrics-port", str(metrics_port)) if metrics_port else ()
     proc = cli.start(
         "runner", "run", "--watch", "--interval", "0.5", "--json",
-        "--landing", "landing", "--target", target,
+        "--landing", "landing", "--target", target, *served,
     )  # fmt: skip
     try:
         shutil.copy(load, landing / load.name)
@@ -64,6 +110,9 @@ def test_watch_applies_files_landing_over_several_polls_once_and_stops_on_sigter
         shutil.copy(first, landing / first.name)
         (landing / bad).write_text(HEADER + "I,20260301080700000000000000000000001,x,a,b,c,1,2\n")
         _until(cli, proc, {first.name: "COMMITTED", bad: "QUARANTINED"})
+        if metrics_port:
+            with prometheus(cli.root / "prometheus", metrics_port, ALERTS) as url:
+                _scraped_as_the_audit_db_says(cli, url)
         shutil.copy(second, landing / second.name)
         deadline = time.monotonic() + 120
         while second.name not in _states(cli):  # its batch has begun: registered, not applied

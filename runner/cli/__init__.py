@@ -63,6 +63,7 @@ def main(
 for command in (
     pipeline.status,
     pipeline.runs,
+    pipeline.metrics,
     pipeline.ingest,
     pipeline.reconcile,
     pipeline.run,

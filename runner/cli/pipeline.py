@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from audit import AuditDB
+from runner import metrics as prometheus
 from runner import present
 from runner.cli.options import Context, ExitCode, global_options, verbose
 from runner.errors import UsageError, first_line
@@ -119,6 +120,21 @@ def runs(obj: Context, as_json: bool, limit: int) -> None:
         click.echo(json.dumps(out))
     else:
         present.print_runs(out)
+
+
+@click.command()
+@global_options
+@click.pass_obj
+def metrics(obj: Context) -> None:
+    """Print the Audit DB's Prometheus metrics once (text format): Files by entity and state,
+    each entity's oldest waiting File's age and last commit, rows applied per target table.
+    `runner run --watch --metrics-port N` serves them with the watch's own."""
+    inv = obj.invocation()
+    try:
+        inv.db  # noqa: B018 - migrated, as every command finds it
+        click.echo(prometheus.text(inv), nl=False)
+    finally:
+        inv.close()
 
 
 def ingest_options(func: Any) -> Any:
@@ -236,6 +252,13 @@ def reconcile(obj: Context) -> None:
     help="With --watch: seconds between polls (a local landing folder is also watched for "
     "changes: a File written there is seen at once).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=1, max=65535),
+    help="With --watch: serve Prometheus metrics on http://127.0.0.1:PORT/metrics (Files by "
+    "entity and state, the oldest waiting File's age, rows applied, batches and their "
+    "duration; docs/operations.md).",
+)
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def run(
@@ -248,6 +271,7 @@ def run(
     as_json: bool,
     watch: bool,
     interval: float,
+    metrics_port: int | None,
     dbt_args: tuple[str, ...],
 ) -> None:
     """Reconcile, ingest, `dbt build` and reconcile, in one process.
@@ -258,6 +282,8 @@ def run(
     Exits 1 when a File was quarantined or failed or dbt failed.
     """
     quiet = as_json or not verbose()
+    if metrics_port is not None and not watch:
+        raise UsageError("--metrics-port is for --watch (`runner metrics` prints them once)")
     if watch:
         _watch(
             obj,
@@ -265,6 +291,7 @@ def run(
             as_json,
             interval,
             [*dbt_args, "--quiet"] if quiet else list(dbt_args),
+            metrics_port,
         )
         return
     bars = Progress() if as_json else for_terminal()
@@ -363,20 +390,39 @@ def maintain(obj: Context, entities: tuple[str, ...], dry_run: bool, as_json: bo
 
 
 def _watch(
-    obj: Context, ingest_args: dict[str, Any], as_json: bool, interval: float, dbt_args: list[str]
+    obj: Context,
+    ingest_args: dict[str, Any],
+    as_json: bool,
+    interval: float,
+    dbt_args: list[str],
+    metrics_port: int | None = None,
 ) -> None:
     """`runner run --watch`: batches until SIGTERM or Ctrl-C; exits 1 when a batch failed."""
     stop = Stop()
     stop.install()
     inv = obj.invocation()
+    watched = None
+    if metrics_port is not None:
+        inv.db  # noqa: B018 - the Audit DB migrated before its first scrape
+        try:
+            watched = prometheus.serve(inv, metrics_port)
+        except OSError as exc:
+            raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}") from None
     if not as_json:
-        click.echo(f"watching every {interval:g}s; SIGTERM or Ctrl-C stops after the batch")
+        where = f"; metrics on :{metrics_port}/metrics" if metrics_port is not None else ""
+        click.echo(f"watching every {interval:g}s{where}; SIGTERM or Ctrl-C stops after the batch")
+
+    def report(batch: Any) -> None:
+        if watched is not None:
+            watched.observe(batch)
+        present.report_batch(batch, as_json)
+
     try:
         batches = watch(
             inv,
             interval=interval,
             stop=stop,
-            report=lambda batch: present.report_batch(batch, as_json),
+            report=report,
             dbt_args=dbt_args,
             **ingest_args,
         )

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 INSTALL = "PostgreSQL's server binaries are missing: `apt-get install -y postgresql`"
@@ -105,3 +106,83 @@ class PrivatePostgres:
         while self.answers() and time.monotonic() < deadline:
             time.sleep(0.1)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+PROMETHEUS_INSTALL = (
+    "Prometheus is missing: `make setup` installs Debian's package as root, else "
+    "`apt-get install -y prometheus`"
+)
+
+
+@contextlib.contextmanager
+def prometheus(folder: Path, scrape_port: int, rules: Path) -> Iterator[str]:
+    """A Prometheus server (Debian's package) on a free port of 127.0.0.1, scraping
+    127.0.0.1:``scrape_port`` and evaluating ``rules`` every second, its data in ``folder``;
+    yields its base URL once it is ready."""
+    import urllib.request
+
+    exe = shutil.which("prometheus")
+    if not exe:
+        raise RuntimeError(PROMETHEUS_INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    config = folder / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{rules}']\n"
+        "scrape_configs:\n"
+        f"  - {{job_name: cdc, static_configs: [{{targets: ['127.0.0.1:{scrape_port}']}}]}}\n"
+    )
+    log = (folder / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [exe, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Prometheus did not start: {(folder / 'prometheus.log').read_text()[-2000:]}"
+                )
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def prometheus_query(url: str, expr: str) -> list[dict]:
+    """An instant query's result vector: [{"metric": {...}, "value": [t, "v"]}, ...]."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?query={urllib.parse.quote(expr)}", timeout=10
+    ) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def prometheus_alerts(url: str) -> list[dict]:
+    """The server's alerts: [{"labels": {...}, "state": "firing"|"pending", ...}]."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=10) as r:
+        return list(json.loads(r.read())["data"]["alerts"])
