@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -797,7 +797,7 @@ class AuditDB:
                     )
         return moved
 
-    def keep_markers(self, found: dict[int, Sequence[dict[str, Any]]], process_id: str) -> None:
+    def keep_markers(self, found: Mapping[int, Sequence[dict[str, Any]]], process_id: str) -> None:
         """Keep the markers of Files still STAGED (file id -> the markers found so far: some
         of its targets applied it, others not yet), for display: the run summary counts what
         a run applied whatever its Files' states. A marker kept before is left as it is."""
