@@ -22,34 +22,40 @@ log = logging.getLogger("runner")
 
 
 def print_groups(found: list[Any]) -> None:
-    """One line per group, then one per held or quarantined transaction; times as the source
-    committed them (UTC), durations in source time."""
+    """Per group: its members and counts, how far it is applied (the source's commit time,
+    UTC), then each held transaction (since when, in source time, and what it lacks) and each
+    quarantined one; short lines, cut at the terminal's width."""
+    width = terminal_width()
+
+    def say(line: str) -> None:
+        click.echo(status_view.clip(line, width))
+
     for g in found:
         if not g.built:
-            click.echo(f"group {g.group}: ledger {g.ledger} not built yet (run `dbt build`)")
+            say(f"group {g.group}: ledger {g.ledger} not built yet (run `dbt build`)")
             continue
         counts = ", ".join(f"{n} {s}" for s, n in sorted(g.counts.items())) or "no transactions"
-        upto = (
-            f"applied up to {status_view.source_time(g.watermark_ms)}"
-            if g.watermark_ms is not None
-            else "nothing released yet"
-        )
-        click.echo(f"group {g.group} ({', '.join(g.members)}): {upto}; {counts}")
+        say(f"group {g.group} ({', '.join(g.members)}): {counts}")
+        if g.watermark_ms is not None:
+            say(f"  applied up to {status_view.source_time(g.watermark_ms)} (source time)")
+        else:
+            say("  nothing released yet")
         for h in g.held:
-            late = " OVERDUE" if h["overdue"] else ""
-            began = (
-                f"began {status_view.source_time(h['start_ms'])}, "
+            since = (
+                f" since {status_view.source_time(h['start_ms'])}"
                 if h["start_ms"] is not None
                 else ""
             )
-            click.echo(
-                f"  held {h['transaction_id']}: {began}{h['staged_events']} of "
-                f"{h['expected_events'] if h['end_ms'] is not None else '?'} events staged, "
-                f"{'ended' if h['end_ms'] is not None else 'no END yet'}, "
-                f"waiting {status_view.duration_ms(h['held_ms'] or 0)} of source time{late}"
+            late = ", OVERDUE" if h["overdue"] else ""
+            say(
+                f"  held {h['transaction_id']}{since} "
+                f"({status_view.duration_ms(h['held_ms'] or 0)} of source time{late})"
             )
+            expected = h["expected_events"] if h["end_ms"] is not None else "?"
+            ended = "ended" if h["end_ms"] is not None else "no END yet"
+            say(f"    {h['staged_events']} of {expected} events staged, {ended}")
         for tx in g.quarantined:
-            click.echo(f"  quarantined {tx}: never ended in time; none of it applied")
+            say(f"  quarantined {tx}: never ended in time; none of it applied")
 
 
 def file_json(f: Any, markers: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

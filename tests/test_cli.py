@@ -108,10 +108,13 @@ def test_status_json_lists_every_file_with_the_documented_keys(tmp_path: Path) -
     # middle keeps the folder's start and the File's name.
     now = utcnow()
     show = status.relative_to(status.landing_prefixes(root, ["landing"]), records)
-    for lines in (
-        status.entity_lines(status.by_entity(records, ["accounts"]), now, 80, show),
-        status.file_lines(records, {}, now, 80, show),
-    ):
+    declared = ["accounts", "customers", "order_lines", "orders", "shop_transactions"]
+    per_entity = status.entity_lines(status.by_entity(records, declared), now, 80, show)
+    assert [line.split()[0] for line in per_entity if not line.startswith(" ")] == [
+        "entity",
+        *declared,
+    ]
+    for lines in (per_entity, status.file_lines(records, {}, now, 80, show)):
         assert all(len(line) <= 80 for line in lines), lines
     cut = status.file_lines(records, {}, now, 80, show)[3]
     assert len(cut) == 80 and re.search(r"  cust[\w/]*\.\.\.x+/20260301-081300000\.csv$", cut), cut
