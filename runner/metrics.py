@@ -111,6 +111,11 @@ class WatchMetrics:
             "committed, quarantined, failed)",
             ["entity", "outcome"], registry=registry,
         )  # fmt: skip
+        self.rows_staged = Counter(
+            f"{NAMESPACE}_batch_rows_staged",
+            "Rows of the Files the batches of this watch staged (every entity)",
+            registry=registry,
+        )
         self.last_success = Gauge(
             f"{NAMESPACE}_last_successful_batch_timestamp_seconds",
             "When the last batch that succeeded ended (Unix time)",
@@ -120,6 +125,8 @@ class WatchMetrics:
     def observe(self, batch: Any) -> None:
         self.batches.labels("ok" if batch.ok else "failed").inc()
         self.duration.observe(batch.seconds)
+        if batch.result is not None:
+            self.rows_staged.inc(batch.result.ingest.rows)
         for e in batch.entities:
             for outcome, n in (
                 ("staged", e.staged),

@@ -95,3 +95,45 @@ def test_metrics_port_is_for_the_watch(tmp_path: Path) -> None:
         [RUNNER, "run", "--metrics-port", "9"], cwd=root, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "--metrics-port is for --watch" in out.stderr, out.stderr
+
+
+def test_a_watch_counts_its_batches_their_files_rows_and_durations() -> None:
+    """WatchMetrics fed two batches as the watch loop feeds them (one that staged and applied 5
+    Files of 280 rows in 2.5 s, one that quarantined a File in 0.5 s)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runner.ingest import IngestResult
+    from runner.metrics import WatchMetrics
+    from runner.run import RunResult
+    from runner.summary import EntitySummary
+    from runner.watch import Batch
+
+    registry = CollectorRegistry()
+    watch = WatchMetrics(registry)
+    good = RunResult(ingest=IngestResult(staged=5, rows=280), dbt_ok=True, dbt_error=None)
+    bad = RunResult(ingest=IngestResult(quarantined=1), dbt_ok=True, dbt_error=None)
+    watch.observe(
+        Batch("p1", good, seconds=2.5, entities=[EntitySummary("customers", 5, applied=5)])
+    )
+    watch.observe(
+        Batch("p2", bad, seconds=0.5, entities=[EntitySummary("customers", quarantined=1)])
+    )
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    assert samples[("cdc_batches_total", (("outcome", "ok"),))] == 1
+    assert samples[("cdc_batches_total", (("outcome", "failed"),))] == 1
+    assert samples[("cdc_batch_rows_staged_total", ())] == 280
+    files = {k[1]: v for k, v in samples.items() if k[0] == "cdc_batch_files_total"}
+    assert files == {
+        (("entity", "customers"), ("outcome", "staged")): 5,
+        (("entity", "customers"), ("outcome", "committed")): 5,
+        (("entity", "customers"), ("outcome", "quarantined")): 1,
+    }
+    assert samples[("cdc_batch_duration_seconds_count", ())] == 2
+    assert samples[("cdc_batch_duration_seconds_sum", ())] == 3.0
+    assert samples[("cdc_batch_duration_seconds_bucket", (("le", "1.0"),))] == 1
+    assert samples[("cdc_last_successful_batch_timestamp_seconds", ())] > 0
