@@ -11,10 +11,13 @@ from helpers.scenario import ROUND_1, CurrentOracle, scenario_project, write
 from audit import AuditDB
 from audit.store import MARKER_COUNTS as COUNTS
 from runner.ids import new_process_id
-from runner.ingest import ingest
+from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
+from runner.phases import Phases
+from runner.present import report_run
 from runner.project import Project
 from runner.reconcile import ReconcileResult, reconcile, table_rows
+from runner.run import RunResult
 from runner.summary import summarize
 
 
@@ -56,7 +59,7 @@ def test_the_run_summary_is_whole_at_80_and_200_columns() -> None:
 
 @pytest.mark.dbt
 def test_a_run_summary_counts_what_it_applied_whatever_its_files_states(
-    tmp_path: Path, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pg_schema: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """A run that builds only the current state (a user's own `--select +customers`): its
     summary counts what it applied to customers, says the Files wait for the change history,
@@ -94,7 +97,17 @@ def test_a_run_summary_counts_what_it_applied_whatever_its_files_states(
     assert sum(getattr(counted, c) for c in COUNTS) == changes  # every change counted once
     now = CurrentOracle()
     now.apply(files)
-    assert table_rows(inv, [current]) == {current: len(now.table())}
+    rows = table_rows(inv, [current])
+    assert rows == {current: len(now.table())}
+    # what `runner run` prints from these: the rows applied to customers, why the Files wait
+    result = RunResult(IngestResult(staged=len(files)), True, None, done, {"customers": len(files)})
+    report_run(first, result, [summary], rows, db.counts(), Phases(), 1.0, False)
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("customers "))
+    numbers = [str(getattr(counted, c)) for c in COUNTS]  # inserted, updated, deleted, stale
+    assert row.split()[5:] == [current, *numbers], printed
+    assert f"staged and not applied (waiting for {changes_history}: {len(files)})" in printed
+    assert f"rows now: {current} {len(now.table())}" in printed, printed
 
     second, done = run("+customers_changes_history")
     assert (done.committed, done.waiting, done.missing) == (len(files), 0, {})
