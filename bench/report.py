@@ -334,6 +334,13 @@ def table(results: dict) -> str:
     ph = phases(results)
     if ph:
         text += "\n\nTime per phase of `runner run` (medians, from `--json`):\n\n" + ph
+    watch = results.get("latency", {}).get("watch", {}).get("phases_s")
+    if watch:
+        parts = ", ".join(f"{k} {v:.2f} s" for k, v in watch.items())
+        text += (
+            "\n\nOne new File through `runner run --watch`, landing to marker, per phase "
+            "(medians; dbt's nodes run four at a time, so their times overlap): " + parts
+        )
     return text
 
 

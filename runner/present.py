@@ -343,6 +343,9 @@ def batch_json(batch: Any) -> dict[str, Any]:
         "built": result.built if result is not None else [],
         "entities": [e.as_json() for e in batch.entities],
         "seconds": round(batch.seconds, 3),
+        # where the batch's time went: the run's phases, and each dbt node's own seconds
+        "phases": result.ingest.phases.as_json() if result is not None else {},
+        "nodes": result.node_seconds if result is not None else {},
         "maintained": batch.maintained.as_json() if batch.maintained is not None else None,
     }
 

@@ -46,6 +46,7 @@ class RunResult:
     to_apply: dict[str, int] = field(default_factory=dict)
     selected: list[str] = field(default_factory=list)  # the --select the runner gave dbt
     built: list[str] = field(default_factory=list)  # the dbt nodes run: "model.customers", ...
+    node_seconds: dict[str, float] = field(default_factory=dict)  # each of them: its own time
 
     @property
     def nothing_new(self) -> bool:
@@ -63,6 +64,7 @@ def dbt_build(
     phases: Phases | None = None,
     built: list[str] | None = None,
     runner: Any = None,
+    node_seconds: dict[str, float] | None = None,
 ) -> tuple[bool, str | None]:
     """`dbt build` on the project's dbt project and target, in this process. ``phases`` gets
     ``dbt_nodes`` (the nodes' own execution time: the apply) and ``dbt_fixed`` (the rest: parse,
@@ -81,11 +83,16 @@ def dbt_build(
             os.environ.pop("CDC_PROCESS_ID", None)
         else:
             os.environ["CDC_PROCESS_ID"] = before
+    ran = [
+        r
+        for r in getattr(res.result, "results", None) or []
+        if getattr(r, "node", None) is not None
+    ]
     if built is not None:
-        built.extend(
-            f"{r.node.resource_type}.{r.node.name}"
-            for r in getattr(res.result, "results", None) or []
-            if getattr(r, "node", None) is not None
+        built.extend(f"{r.node.resource_type}.{r.node.name}" for r in ran)
+    if node_seconds is not None:
+        node_seconds.update(
+            {f"{r.node.resource_type}.{r.node.name}": float(r.execution_time or 0) for r in ran}
         )
     if phases is not None:
         total = time.perf_counter() - start
@@ -208,7 +215,8 @@ def run(
         with phases.time("spark_start"):
             inv.spark  # noqa: B018 - dbt gets this session back from getOrCreate()
     built: list[str] = []
-    ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner)
+    node_seconds: dict[str, float] = {}
+    ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner, node_seconds)
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
     if ok and selected:
@@ -226,6 +234,7 @@ def run(
         to_apply=to_apply,
         selected=selected,
         built=built,
+        node_seconds={k: round(v, 3) for k, v in node_seconds.items()},
     )
 
 
