@@ -100,6 +100,8 @@ def test_status_json_lists_every_file_with_the_documented_keys(tmp_path: Path) -
     assert re.fullmatch(r"customers +0 +1 \(\d+s\) +1 +0 +never", entity_line), entity_line
     assert f"  quarantined: {long_name}: line 3, column 2: 'x' is not an integer" in lines
     assert any(re.fullmatch(r"accounts +0 +0 +0 +0 +never", line) for line in lines), lines
+    unknown = run("--project-dir", str(root), "status", "--entity", "custmers", cwd=tmp_path)
+    assert unknown.returncode == 2 and "no entity 'custmers'" in unknown.stderr, unknown.stderr
     files = run("--project-dir", str(root), "status", "--files", cwd=tmp_path).stdout
     assert re.search(r"^ *2 +customers +DUPLICATE +0 +\d+s +/l/b\.csv$", files, re.M), files
     assert f"  {long_name}" in files, files  # relative to the landing root

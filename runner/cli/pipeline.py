@@ -81,6 +81,9 @@ def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, grou
         except Exception:  # noqa: BLE001 - the Audit DB's Files stand without the declarations
             declared = []
     elif not files:
+        known = sorted(inv.entities)
+        if entity not in known:
+            raise UsageError(f"no entity {entity!r}: the declared ones are {', '.join(known)}")
         declared = [entity]
     present.print_status(inv.project, files, markers, now, per_file, declared)
     if entity is None:
@@ -255,9 +258,16 @@ def reconcile(obj: Context) -> None:
 @click.option(
     "--metrics-port",
     type=click.IntRange(min=1, max=65535),
-    help="With --watch: serve Prometheus metrics on http://127.0.0.1:PORT/metrics (Files by "
+    help="With --watch: serve Prometheus metrics on http://HOST:PORT/metrics (Files by "
     "entity and state, the oldest waiting File's age, rows applied, batches and their "
     "duration; docs/operations.md).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="With --metrics-port: the address to serve them on (0.0.0.0: every interface, for a "
+    "Prometheus on another host).",
 )
 @click.argument("dbt_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
@@ -272,6 +282,7 @@ def run(
     watch: bool,
     interval: float,
     metrics_port: int | None,
+    metrics_host: str,
     dbt_args: tuple[str, ...],
 ) -> None:
     """Reconcile, ingest, `dbt build` and reconcile, in one process.
@@ -292,6 +303,7 @@ def run(
             interval,
             [*dbt_args, "--quiet"] if quiet else list(dbt_args),
             metrics_port,
+            metrics_host,
         )
         return
     bars = Progress() if as_json else for_terminal()
@@ -396,6 +408,7 @@ def _watch(
     interval: float,
     dbt_args: list[str],
     metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """`runner run --watch`: batches until SIGTERM or Ctrl-C; exits 1 when a batch failed."""
     stop = Stop()
@@ -405,11 +418,18 @@ def _watch(
     if metrics_port is not None:
         inv.db  # noqa: B018 - the Audit DB migrated before its first scrape
         try:
-            watched = prometheus.serve(inv, metrics_port)
+            watched = prometheus.serve(inv, metrics_port, metrics_host)
         except OSError as exc:
-            raise UsageError(f"--metrics-port {metrics_port}: {exc.strerror or exc}") from None
+            where = f"{metrics_host}:{metrics_port}"
+            raise UsageError(
+                f"--metrics-port: cannot serve on {where}: {exc.strerror or exc}"
+            ) from None
     if not as_json:
-        where = f"; metrics on :{metrics_port}/metrics" if metrics_port is not None else ""
+        where = (
+            f"; metrics on http://{metrics_host}:{metrics_port}/metrics"
+            if metrics_port is not None
+            else ""
+        )
         click.echo(f"watching every {interval:g}s{where}; SIGTERM or Ctrl-C stops after the batch")
 
     def report(batch: Any) -> None:
