@@ -96,12 +96,9 @@ def dbt_build(
         )
     if phases is not None:
         total = time.perf_counter() - start
-        nodes = sum(
-            float(getattr(r, "execution_time", 0) or 0)
-            for r in getattr(res.result, "results", None) or []
-        )
+        nodes = _nodes_span(list(getattr(res.result, "results", None) or []))
         phases.add("dbt_fixed", max(total - nodes, 0.0))
-        phases.add("dbt_nodes", nodes)
+        phases.add("dbt_nodes", min(nodes, total))
     if res.success:
         return True, None
     if res.exception is not None:
@@ -113,6 +110,22 @@ def dbt_build(
         if str(getattr(r, "status", "")) in ("error", "fail")
     ]
     return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
+
+
+def _nodes_span(results: list[Any]) -> float:
+    """Seconds from the first node's start to the last node's end: the build's time in its
+    nodes, which run several at a time (dbt's threads), so not the sum of their times."""
+    steps = [
+        t
+        for r in results
+        for t in getattr(r, "timing", None) or []
+        if t.started_at is not None and t.completed_at is not None
+    ]
+    if not steps:
+        return sum(float(getattr(r, "execution_time", 0) or 0) for r in results)
+    first = min(t.started_at for t in steps)
+    last = max(t.completed_at for t in steps)
+    return max((last - first).total_seconds(), 0.0)
 
 
 def _hint(message: str | None) -> str:
