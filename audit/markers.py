@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     func,
-    insert,
     select,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 
 from audit.models import file_markers as markers_t
 from audit.models import files as files_t
@@ -67,13 +67,22 @@ class Markers(_Store):
         ]
         if not rows:
             return
-        conn.execute(
-            markers_t.delete().where(
-                markers_t.c.file_id == file_id,
-                markers_t.c.target_table.in_([r["target_table"] for r in rows]),
+        replaced = [r["target_table"] for r in rows if r["target_table"] in kept]
+        if replaced:
+            conn.execute(
+                markers_t.delete().where(
+                    markers_t.c.file_id == file_id, markers_t.c.target_table.in_(replaced)
+                )
             )
+        # Another runner may keep the same marker at the same moment (two reconciles of a File
+        # applied in part): the first one's row stands.
+        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        conn.execute(
+            dialect_insert(markers_t).on_conflict_do_nothing(
+                index_elements=["file_id", "target_table"]
+            ),
+            rows,
         )
-        conn.execute(insert(markers_t), rows)
 
     def file_markers(self) -> dict[int, list[dict[str, Any]]]:
         """File id -> its kept marker counts, one dict per target table."""

@@ -421,3 +421,48 @@ def test_retention_picks_each_old_committed_file_of_the_entity_once(audit_db: Au
     assert audit_db.prune_events(utcnow() - timedelta(days=1)) == 0
     assert audit_db.prune_events(later) == 12
     assert audit_db.events(first) == [] and len(audit_db.events(waiting)) == 1
+
+
+def test_two_runs_keeping_a_partly_applied_files_marker_at_once_keep_it_once(
+    audit_db: AuditDB,
+) -> None:
+    """keep_markers (reconcile, a File applied to some of its targets): a second run keeping
+    the same marker while the first one's transaction is still open waits for it and leaves its
+    row; the first run keeps the counts (it applied them), and committing the File later adds
+    only the targets not kept yet."""
+    import threading
+
+    (file_id,) = [register(audit_db, "/landing/customers/a.csv", "a" * 64)]
+    first, second = new_process_id(), new_process_id()
+    for pid in (first, second):
+        audit_db.start_run(pid, "run", "local")
+    audit_db.claim(file_id, first)
+    audit_db.mark_staged(file_id, first, first)
+    marker = {"target_table": "cdc.customers", "rows_inserted": 3, "invocation_id": "i1"}
+    errors: list[BaseException] = []
+
+    def keep_too() -> None:
+        try:
+            audit_db.keep_markers({file_id: [marker]}, second)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    other = threading.Thread(target=keep_too)
+    with audit_db.engine.begin() as conn:  # the first run's transaction, open
+        if audit_db.dialect == "sqlite":
+            other.start()  # SQLite: it waits for the write lock
+            audit_db._keep_markers(conn, file_id, first, [marker])
+        else:
+            audit_db._keep_markers(conn, file_id, first, [marker])
+            other.start()  # PostgreSQL: its insert waits on the first one's key
+        other.join(timeout=1)
+        assert other.is_alive() or errors, "the second run did not wait"
+    other.join(timeout=30)
+    assert not errors, errors
+    kept = audit_db.file_markers()[file_id]
+    assert [(m["target_table"], m["rows_inserted"]) for m in kept] == [("cdc.customers", 3)]
+    assert kept[0]["recorded_by"] == first
+    history = {"target_table": "cdc.customers_changes_history", "rows_inserted": 5}
+    audit_db.mark_committed_many({file_id: (None, [marker, history])}, second)
+    kept = {m["target_table"]: m["recorded_by"] for m in audit_db.file_markers()[file_id]}
+    assert kept == {"cdc.customers": first, "cdc.customers_changes_history": second}
