@@ -29,6 +29,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@$(BIN)/pip install --quiet -e '.[$(EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
+# `apt-get install` of $(1) (packages and options), waiting for another apt's lock; when the
+# package lists are too old to have it, updated once and tried again.
+APT := apt-get -o DPkg::Lock::Timeout=600
+apt_install = $(APT) install -y -q $(1) >/dev/null 2>&1 || \
+  { $(APT) update -q >/dev/null 2>&1 && $(APT) install -y -q $(1) >/dev/null; }
+
 # Prometheus (Debian's package): the tests scrape a watch's metrics with a real server and check
 # docs/monitoring/cdc-alerts.yml with promtool. Installed when missing and we may; otherwise
 # said, and setup goes on (the runner does not need it).
@@ -39,9 +45,7 @@ prometheus:
 	  exec 9>/tmp/cdc-prometheus.lock; flock -w 900 9 || true; \
 	  command -v prometheus >/dev/null && exit 0; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
-	  { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null 2>&1 && \
-	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends prometheus >/dev/null; }; \
+	  $(call apt_install,--no-install-recommends prometheus); \
 	else \
 	  echo "Prometheus is missing (the tests need it): sudo apt-get install -y prometheus"; \
 	fi
@@ -57,9 +61,7 @@ jdbc-driver:
 	  echo "installing Debian's libpostgresql-jdbc-java (the Spark catalog's JDBC driver)"; \
 	  exec 9>/tmp/cdc-jdbc-driver.lock; flock -w 900 9 || true; \
 	  [ -e $(JDBC_JAR) ] && exit 0; \
-	  apt-get -o DPkg::Lock::Timeout=600 install -y -q libpostgresql-jdbc-java >/dev/null 2>&1 || \
-	  { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null 2>&1 && \
-	    apt-get -o DPkg::Lock::Timeout=600 install -y -q libpostgresql-jdbc-java >/dev/null; }; \
+	  $(call apt_install,libpostgresql-jdbc-java); \
 	else \
 	  echo "PostgreSQL's JDBC driver is missing: sudo apt-get install -y libpostgresql-jdbc-java, or copy postgresql.jar into jars/"; \
 	  exit 1; \

@@ -102,8 +102,8 @@ def new_file(folder: Path, n: int, rows: int = 100) -> Path:
     return path
 
 
-def noop_run(root: Path) -> tuple[float, float, dict]:
-    """A `runner run` with nothing new: its wall seconds, its CPU seconds (user and system, of
+def runner_run_cpu(root: Path) -> tuple[float, float, dict]:
+    """`runner run --json` as a process: its wall seconds, its CPU seconds (user and system, of
     the process and any child) and its report."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     seconds, out = timed([str(BIN / "runner"), "run", "--json", "--landing", "landing"], root)
@@ -113,8 +113,7 @@ def noop_run(root: Path) -> tuple[float, float, dict]:
 
 
 def runner_run(root: Path) -> tuple[float, dict]:
-    seconds, out = timed([str(BIN / "runner"), "run", "--json", "--landing", "landing"], root)
-    report = json.loads(out.strip().splitlines()[-1])
+    seconds, _cpu, report = runner_run_cpu(root)
     assert report["ok"], report
     return seconds, report
 
@@ -146,7 +145,7 @@ def cold_file(base: Path, repeat: int) -> dict:
         one.mkdir(parents=True)
         shutil.copy(new, one / new.name)
         hands.append(handwritten(root, f"hand_{i}/customers"))
-        seconds, cpu, report = noop_run(root)
+        seconds, cpu, report = runner_run_cpu(root)
         assert report["nothing_new"], report
         noops.append(seconds)
         noop_cpus.append(cpu)

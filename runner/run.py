@@ -62,14 +62,14 @@ def dbt_build(
     process_id: str,
     args: list[str] | None = None,
     phases: Phases | None = None,
-    built: list[str] | None = None,
+    built: dict[str, float] | None = None,
     runner: Any = None,
-    node_seconds: dict[str, float] | None = None,
 ) -> tuple[bool, str | None]:
     """`dbt build` on the project's dbt project and target, in this process. ``phases`` gets
-    ``dbt_nodes`` (the nodes' own execution time: the apply) and ``dbt_fixed`` (the rest: parse,
-    compile, connections); ``built`` gets the nodes dbt ran, as ``<resource type>.<name>``.
-    ``runner``: a ``dbtRunner`` holding an already parsed manifest (watch mode), else a new one."""
+    ``dbt_nodes`` (from the first node's start to the last one's end: the apply) and
+    ``dbt_fixed`` (the rest: parse, compile, connections); ``built`` gets the nodes dbt ran, as
+    ``<resource type>.<name>``, each with its own seconds. ``runner``: a ``dbtRunner`` holding
+    an already parsed manifest (watch mode), else a new one."""
     from dbt.cli.main import dbtRunner
 
     quick_flag_source()
@@ -83,30 +83,27 @@ def dbt_build(
             os.environ.pop("CDC_PROCESS_ID", None)
         else:
             os.environ["CDC_PROCESS_ID"] = before
-    ran = [
-        r
-        for r in getattr(res.result, "results", None) or []
-        if getattr(r, "node", None) is not None
-    ]
+    results = list(getattr(res.result, "results", None) or [])
     if built is not None:
-        built.extend(f"{r.node.resource_type}.{r.node.name}" for r in ran)
-    if node_seconds is not None:
-        node_seconds.update(
-            {f"{r.node.resource_type}.{r.node.name}": float(r.execution_time or 0) for r in ran}
+        built.update(
+            {
+                f"{r.node.resource_type}.{r.node.name}": float(r.execution_time or 0)
+                for r in results
+                if getattr(r, "node", None) is not None
+            }
         )
     if phases is not None:
         total = time.perf_counter() - start
-        nodes = _nodes_span(list(getattr(res.result, "results", None) or []))
+        nodes = _nodes_span(results)
         phases.add("dbt_fixed", max(total - nodes, 0.0))
         phases.add("dbt_nodes", min(nodes, total))
     if res.success:
         return True, None
     if res.exception is not None:
         return False, f"{type(res.exception).__name__}: {res.exception}"
-    results: Any = res.result
     failed = [
         f"{r.node.name}: {r.status}" + _hint(r.message)
-        for r in getattr(results, "results", None) or []
+        for r in results
         if str(getattr(r, "status", "")) in ("error", "fail")
     ]
     return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
@@ -227,9 +224,8 @@ def run(
     if inv.destination.reads_through_spark:
         with phases.time("spark_start"):
             inv.spark  # noqa: B018 - dbt gets this session back from getOrCreate()
-    built: list[str] = []
-    node_seconds: dict[str, float] = {}
-    ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner, node_seconds)
+    built: dict[str, float] = {}
+    ok, error = dbt_build(inv.project, process_id, args, phases, built, dbt_runner)
     with phases.time("reconcile"):
         after = reconcile(inv, process_id)
     if ok and selected:
@@ -246,8 +242,8 @@ def run(
         reconcile=after,
         to_apply=to_apply,
         selected=selected,
-        built=built,
-        node_seconds={k: round(v, 3) for k, v in node_seconds.items()},
+        built=list(built),
+        node_seconds={k: round(v, 3) for k, v in built.items()},
     )
 
 
