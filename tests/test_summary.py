@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.project import CHANGES_HISTORY, dbt_build
@@ -59,7 +60,11 @@ def test_the_run_summary_is_whole_at_80_and_200_columns() -> None:
 
 @pytest.mark.dbt
 def test_a_run_summary_counts_what_it_applied_whatever_its_files_states(
-    tmp_path: Path, pg_schema: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    spark: Any,
+    tmp_path: Path,
+    pg_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     """A run that builds only the current state (a user's own `--select +customers`): its
     summary counts what it applied to customers, says the Files wait for the change history,
@@ -70,7 +75,7 @@ def test_a_run_summary_counts_what_it_applied_whatever_its_files_states(
     project = Project.load(root, target="postgres")
     db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
     db.upgrade()
-    inv = Invocation.of(project, db)
+    inv = Invocation.of(project, db, spark)  # the worker's session stages (not one of its own)
     folder = tmp_path / "landing" / "customers"
     files = [write(folder / n, rows) for n, rows in ROUND_1.items()]
     changes = sum(len(p.read_text().splitlines()) - 1 for p in files)  # each has a header
