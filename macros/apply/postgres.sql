@@ -57,7 +57,9 @@
     `tuple concurrently updated`). This one takes a lock per view in the model's transaction,
     looks at the catalog (not the cache), drops what is there and creates the view, all in that
     transaction: a second build waits, then replaces the first's view. Readers see the old view
-    or the new one. As with dbt's, views built on it are dropped with it and rebuilt by the
+    or the new one. A view that would come out the same (the same definition and columns as the
+    model's SQL gives now, compared through a temporary view) is left as it is: no lock taken
+    from its readers, no view built on it dropped. As with dbt's, views built on it are dropped with it and rebuilt by the
     build that selects them. dbt uses a package's materialization only when the root project
     forwards to it (dbt_project/macros/materializations.sql). -#}
 {% materialization view, adapter='postgres' %}
@@ -67,12 +69,19 @@
   {{ run_hooks(pre_hooks, inside_transaction=True) }}
   {%- do run_query('select pg_advisory_xact_lock(hashtextextended(' ~ cdc.sql_string('cdc view ' ~ cdc.target_name()) ~ ', 0))') -%}
   {%- set existing_relation = cdc.postgres_relation_now(target_relation) -%}
-  {%- if existing_relation is not none -%}
-    {%- do adapter.drop_relation(existing_relation) -%}
-  {%- endif -%}
-  {% call statement('main') -%}
-    {{ get_create_view_as_sql(target_relation, sql) }}
-  {%- endcall %}
+  {%- if existing_relation is not none and existing_relation.is_view
+        and cdc.postgres_view_unchanged(target_relation, sql) -%}
+    {% call statement('main') -%}
+      select 'view unchanged' as status
+    {%- endcall %}
+  {%- else -%}
+    {%- if existing_relation is not none -%}
+      {%- do adapter.drop_relation(existing_relation) -%}
+    {%- endif -%}
+    {% call statement('main') -%}
+      {{ get_create_view_as_sql(target_relation, sql) }}
+    {%- endcall %}
+  {%- endif %}
   {%- set should_revoke = should_revoke(existing_relation, full_refresh_mode=True) -%}
   {%- do apply_grants(target_relation, grant_config, should_revoke=should_revoke) -%}
   {%- do persist_docs(target_relation, model) -%}
@@ -81,3 +90,27 @@
   {{ run_hooks(post_hooks, inside_transaction=False) }}
   {{ return({'relations': [target_relation]}) }}
 {% endmaterialization %}
+
+{#- PostgreSQL: whether the view `relation` is what `sql` would make of it now. A temporary view
+    of `sql` is made in this transaction and compared with it, definition (as PostgreSQL
+    prints it, `*` expanded to the columns of today) and columns (names and types). -#}
+{% macro postgres_view_unchanged(relation, sql) %}
+  {%- set probe = 'cdc_view_probe' -%}
+  {%- do run_query('create temporary view ' ~ probe ~ ' as ' ~ sql) -%}
+  {%- set existing = cdc.sql_string(adapter.quote(relation.schema) ~ '.' ~ adapter.quote(relation.identifier)) ~ '::regclass' -%}
+  {%- set now = cdc.sql_string('pg_temp.' ~ probe) ~ '::regclass' -%}
+  {%- set compare -%}
+    select pg_catalog.pg_get_viewdef({{ existing }}) = pg_catalog.pg_get_viewdef({{ now }})
+      and array(select a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+                from pg_catalog.pg_attribute as a
+                where a.attrelid = {{ existing }} and a.attnum > 0 and not a.attisdropped
+                order by a.attnum)
+        = array(select a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+                from pg_catalog.pg_attribute as a
+                where a.attrelid = {{ now }} and a.attnum > 0 and not a.attisdropped
+                order by a.attnum)
+  {%- endset -%}
+  {%- set same = run_query(compare).columns[0].values()[0] -%}
+  {%- do run_query('drop view pg_temp.' ~ probe) -%}
+  {{ return(same is sameas true) }}
+{% endmacro %}

@@ -39,3 +39,48 @@
   {%- endif -%}
   {% do return(rows) %}
 {% endmacro %}
+
+{#- Views on Spark (dbt-spark's view materialization, wrapped): a view that would come out the
+    same is left as it is. What would come out is the statement dbt-spark runs (the model's
+    SQL, its description, documented columns, contract) and the columns the SQL gives now
+    (`describe query`: a `select *` over a table that gained a column gives a new view); its
+    fingerprint is kept in the view's properties (`cdc.fingerprint`), and the view's
+    description in dbt's relation cache (DESCRIBE EXTENDED, read when the build starts) says
+    what is there now. Anything else (no view yet, no fingerprint, a table of that name,
+    --full-refresh) goes through dbt-spark's own. dbt uses a package's materialization only
+    when the root project forwards to it (dbt_project/macros/materializations.sql). -#}
+{% macro materialization_view_spark() %}
+  {%- set old_relation = adapter.get_relation(database=database, schema=schema, identifier=model['alias']) -%}
+  {%- set target_relation = api.Relation.create(identifier=model['alias'], schema=schema, database=database, type='view') -%}
+  {%- set fingerprint = cdc.spark_view_fingerprint(target_relation, sql) -%}
+  {%- if old_relation is not none and old_relation.is_view and not should_full_refresh()
+        and cdc.spark_view_fingerprint_of(old_relation) == fingerprint -%}
+    {{ run_hooks(pre_hooks) }}
+    {% call statement('main') -%}
+      select 'view unchanged' as status
+    {%- endcall %}
+    {%- do apply_grants(target_relation, config.get('grants'), should_revoke=True) -%}
+    {{ run_hooks(post_hooks) }}
+    {{ return({'relations': [target_relation]}) }}
+  {%- endif -%}
+  {%- set result = create_or_replace_view() -%}
+  {%- do run_query('alter view ' ~ target_relation ~ " set tblproperties ('cdc.fingerprint' = '" ~ fingerprint ~ "')") -%}
+  {{ return(result) }}
+{% endmacro %}
+
+{#- The fingerprint of the view `sql` would make: its create statement and its columns now. -#}
+{% macro spark_view_fingerprint(relation, sql) %}
+  {%- set columns = [] -%}
+  {%- for row in run_query('describe query ' ~ sql) -%}
+    {%- do columns.append(row[0] ~ ' ' ~ row[1]) -%}
+  {%- endfor -%}
+  {{ return(local_md5(get_create_view_as_sql(relation, sql) ~ '\n' ~ columns | join('\n'))) }}
+{% endmacro %}
+
+{#- The fingerprint a view was made with, from its description in dbt's relation cache
+    (`View Properties: ['cdc.fingerprint' = '…', …]` for an Iceberg view,
+    `Table Properties: [cdc.fingerprint=…, …]` for a session catalog's), or none. -#}
+{% macro spark_view_fingerprint_of(relation) %}
+  {%- set found = modules.re.search("cdc\\.fingerprint'?\\s*=\\s*'?([0-9a-f]{32})", relation.information or '') -%}
+  {{ return(found.group(1) if found else none) }}
+{% endmacro %}
