@@ -2,9 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS := dev,bigquery,databricks
+EXTRAS := dev,bigquery,databricks,s3
 
-.PHONY: setup jdbc-driver prometheus demo test test-fast test-record lint format bench bench-quick bq-up bq-down clean help docs
+.PHONY: setup jdbc-driver prometheus demo demo-s3 test test-fast test-record lint format bench bench-quick bq-up bq-down s3-up s3-down clean help docs
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -13,6 +13,8 @@ help:
 	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
 	@echo "make test-record - make test, then each test's seconds into tests/durations.json (docs/testing.md)"
 	@echo "make bq-up  - start the local BigQuery emulator on 127.0.0.1:19050 (bq-down stops it)"
+	@echo "make s3-up  - start a local S3 API (moto) on 127.0.0.1:4566 (s3-down stops it)"
+	@echo "make demo-s3 - the demo with its landing root in a bucket of the local S3 API"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - benchmarks as side-by-side ratios, docs/performance.md table rewritten (about 6 h; not part of make test)"
 	@echo "make docs   - the documentation site (README and docs/) built into site/"
@@ -106,6 +108,22 @@ bq-up: setup
 
 bq-down:
 	$(BIN)/python tools/bq_emulator.py down
+
+# A local S3 API (moto's server) for the S3 landing demo (docs/landing.md).
+s3-up: setup
+	$(BIN)/python tools/s3_local.py up
+
+s3-down:
+	$(BIN)/python tools/s3_local.py down
+
+# The demo with the sample Files in a bucket: the same tables as `make demo`. Credentials from
+# the AWS environment as on AWS (the local API takes any); the endpoint is the local one.
+S3_ENV := AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_DEFAULT_REGION=us-east-1
+
+demo-s3: s3-up
+	@$(S3_ENV) $(BIN)/python tools/s3_local.py upload
+	@$(S3_ENV) $(BIN)/runner run --landing s3://landing
+	@$(BIN)/runner status --groups
 
 # Not part of `make test`: ratios against a baseline in one run, written to bench/results/latest.json.
 bench: setup

@@ -36,6 +36,7 @@ def resolve_roots(roots: list[FilePath]) -> list[FilePath]:
     for root in roots:
         if isinstance(root, RemoteFile):
             fs, path = filesystem(root.uri)
+            fs.invalidate_cache(path)
             if not fs.isdir(path):
                 raise ConfigError(f"landing root {root} does not exist or is not a folder")
             resolved.append(RemoteFile(root.uri.rstrip("/")))
@@ -98,6 +99,7 @@ def _discover_remote(
     never hold '..': checked when declared)."""
     fs, base = filesystem(root.uri)
     base = base.rstrip("/")
+    fs.invalidate_cache()  # fsspec keeps listings (of every folder): a watch would see nothing new
     out = []
     for glob in entity.landing:
         for path, info in sorted(fs.glob(f"{base}/{glob}", detail=True).items()):

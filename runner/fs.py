@@ -55,6 +55,7 @@ class RemoteFile:
 
     def stat(self) -> tuple[int, datetime]:
         fs, path = filesystem(self.uri)
+        fs.invalidate_cache(path)  # as it is now, not as a listing saw it
         return file_size_mtime(fs.info(path))
 
 
@@ -72,6 +73,17 @@ def size_mtime(path: FilePath) -> tuple[int, datetime]:
 def as_file(location: str) -> FilePath:
     """A File's path as the Audit DB records it, back as a path object."""
     return RemoteFile(location) if is_uri(location) else Path(location)
+
+
+def configure(options: dict[str, dict[str, Any]]) -> None:
+    """runner.yml's ``landing_options``: each protocol's fsspec options (an endpoint, a
+    region), the defaults of every filesystem of that protocol this process opens."""
+    if not options:
+        return
+    import fsspec.config
+
+    for protocol, values in options.items():
+        fsspec.config.conf.setdefault(protocol, {}).update(values)
 
 
 def filesystem(uri: str) -> tuple[Any, str]:

@@ -14,13 +14,14 @@ from runner.discover import LandedFile, discover, settle
 from runner.entities import Column as EntityColumn
 from runner.entities import Entity
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
-from runner.fs import FilePath, RemoteFile, as_file, is_uri
+from runner.fs import FilePath, RemoteFile, as_file, configure, is_uri
 from runner.hashing import content_hash
 from runner.invocation import Invocation
 from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import reconcile
+from runner.spool import Spool
 from runner.staging.schema import declaration_yaml
 from runner.staging.spark import StageResult, stage_entity
 
@@ -51,6 +52,7 @@ def landing_roots(project: Project, landing: list[str] | None) -> list[FilePath]
     """The folders Files may be read from: --landing, else runner.yml's landing_roots. A root
     may be a URI (s3://, gs://, abfss://, file://): listed and read through fsspec."""
     roots = landing or list(project.settings.landing_roots)
+    configure(project.settings.landing_options)
     out: list[FilePath] = []
     for r in roots:
         if is_uri(r):
@@ -104,26 +106,44 @@ def ingest(
         result.notes.extend(notes)
         keep = {f.path for f in stable}
         found = {name: [f for f in files if f.path in keep] for name, files in found.items()}
-    for entity in chosen:
-        files = found[entity.name]
-        progress.start("hash", entity.name, len(files))
-        with phases.time("hash"):
-            _register(db, entity, files, process_id, result, progress)
-    waiting = [e for e in chosen if db.files(entity=e.name, states=["PENDING"])]
-    if not waiting:
-        return result  # nothing to stage: no SparkSession is started
-    with phases.time("spark_start"):
-        spark = inv.spark
-    for entity in chosen:
-        with phases.time("stage"):
-            stager = _Stager(spark, db, entity, process_id, destination, result, progress)
-            stager.effective_date = effective_date
-            if entity in waiting:
-                stager.pending()
-            # An entity no File has arrived for still gets its (empty) staging table, so that
-            # `dbt build` can build its models.
-            stager.writer.ensure_table(spark, entity)
-    return result
+    spool = _spool(inv, roots, process_id)
+    try:
+        for entity in chosen:
+            files = found[entity.name]
+            progress.start("hash", entity.name, len(files))
+            with phases.time("hash"):
+                _register(db, entity, files, process_id, result, progress, spool)
+        waiting = [e for e in chosen if db.files(entity=e.name, states=["PENDING"])]
+        if not waiting:
+            return result  # nothing to stage: no SparkSession is started
+        with phases.time("spark_start"):
+            spark = inv.spark
+        for entity in chosen:
+            with phases.time("stage"):
+                stager = _Stager(spark, db, entity, process_id, destination, result, progress)
+                stager.effective_date = effective_date
+                stager.spool = spool
+                if entity in waiting:
+                    stager.pending()
+                # An entity no File has arrived for still gets its (empty) staging table, so
+                # that `dbt build` can build its models.
+                stager.writer.ensure_table(spark, entity)
+        return result
+    finally:
+        if spool is not None:
+            spool.close()
+
+
+def _spool(inv: Invocation, roots: list[FilePath], process_id: str) -> Spool | None:
+    """The run's spool (runner/spool.py) when a landing root is remote and the destination's
+    Spark runs here, without a connector for object storage; copies left by runs that are no
+    longer running are removed first."""
+    if not any(isinstance(r, RemoteFile) for r in roots) or not inv.destination.spools_remote_files:
+        return None
+    max_bytes = inv.project.settings.spool_max_mib * 1024 * 1024
+    spool = Spool(inv.project.state_dir / "spool", process_id, max_bytes)
+    spool.clean({r["process_id"] for r in inv.db.runs() if r["outcome"] == "running"})
+    return spool
 
 
 def _register(
@@ -133,9 +153,11 @@ def _register(
     process_id: str,
     result: IngestResult,
     progress: Progress,
+    spool: Spool | None = None,
 ) -> None:
     """Hash and register the Files not seen before (same path, size and mtime): hashed one by
-    one, then registered together."""
+    one (a remote File kept in the ``spool`` on the way, when there is one), then registered
+    together."""
     seen = db.sightings(entity.name, (str(f.path) for f in files))
     entries = []
     for landed in files:
@@ -143,13 +165,19 @@ def _register(
         if (path, landed.size, landed.mtime) in seen:
             progress.advance("hash", entity.name, bytes=0)
             continue  # same path, size and mtime: already hashed and registered
+        remote = landed.path if isinstance(landed.path, RemoteFile) else None
+        digest = (
+            spool.hash_and_keep(remote, landed.size)
+            if spool is not None and remote is not None
+            else content_hash(landed.path)
+        )
         entries.append(
             dict(
                 entity=entity.name,
                 path=path,
                 size=landed.size,
                 mtime=landed.mtime,
-                content_hash=content_hash(landed.path),
+                content_hash=digest,
                 process_id=process_id,
             )
         )
@@ -186,6 +214,7 @@ class _Stager:
         self.writer = destination.writer()
         self.result, self.progress = result, progress
         self.effective_date: date | None = None  # runner ingest --effective-date
+        self.spool: Spool | None = None  # remote Files read from local copies (runner/spool.py)
 
     def pending(self) -> None:
         """Claim and stage the entity's PENDING Files."""
@@ -210,11 +239,19 @@ class _Stager:
         claimed = db.claim_pending(process_id, entity=entity.name)
         if claimed:
             log.info("staging %d Files of %s", len(claimed), entity.name)
-            self.stage(claimed)
+            if self.spool is None:
+                self.stage(claimed)
+                return
+            # from the spool: a batch's copies at most its max_bytes, removed once staged
+            for batch in self.spool.batches(claimed, [c.size for c in claimed]):
+                try:
+                    self.stage(batch)
+                finally:
+                    self.spool.release(c.content_hash for c in batch)
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
-        to_stage = [FileToStage(c.id, as_file(c.path), c.content_hash) for c in files]
         try:
+            to_stage = [self._to_stage(c) for c in files]
             return stage_entity(
                 self.spark,
                 self.entity,
@@ -235,6 +272,14 @@ class _Stager:
             err.__cause__ = exc
             log.debug("staging %d File(s) of %s failed", len(files), self.entity.name, exc_info=exc)
             return err
+
+    def _to_stage(self, rec: FileRecord) -> FileToStage:
+        path = as_file(rec.path)
+        if self.spool is None or not isinstance(path, RemoteFile):
+            return FileToStage(rec.id, path, rec.content_hash)
+        return FileToStage(
+            rec.id, path, rec.content_hash, self.spool.local_copy(path, rec.content_hash)
+        )
 
     def stage(self, claimed: list[FileRecord]) -> None:
         self.progress.start("stage", self.entity.name, len(claimed))

@@ -111,6 +111,11 @@ class RunnerSettings:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     # `runner run` runs `runner maintain` after every this many runs (None: never by itself).
     maintain_every: int | None = None
+    # fsspec options per protocol for landing roots that are URIs (an endpoint, a region):
+    # {"s3": {"endpoint_url": "http://127.0.0.1:5000"}}. Credentials: the store's own chain.
+    landing_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The local copies of remote Files (runner/spool.py) hold at most this many MiB.
+    spool_max_mib: int = 2048
 
     @classmethod
     def load(cls, root: Path) -> RunnerSettings:
@@ -132,6 +137,8 @@ class RunnerSettings:
             "staging_spark_conf",
             "retention",
             "maintain_every",
+            "landing_options",
+            "spool_max_mib",
         }
         unknown = sorted(set(raw) - known)
         if unknown:
@@ -148,7 +155,18 @@ class RunnerSettings:
             isinstance(every, bool) or not isinstance(every, int) or every < 1
         ):
             raise ConfigError(f"{path}: maintain_every must be a number of runs >= 1")
+        options = raw.get("landing_options") or {}
+        if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+            raise ConfigError(
+                f"{path}: landing_options maps a protocol to its options, such as "
+                "{s3: {endpoint_url: 'http://127.0.0.1:5000'}}"
+            )
+        spool_mib = raw.get("spool_max_mib", cls.spool_max_mib)
+        if isinstance(spool_mib, bool) or not isinstance(spool_mib, int) or spool_mib < 1:
+            raise ConfigError(f"{path}: spool_max_mib must be a number of MiB >= 1")
         return cls(
+            landing_options={str(k): dict(v) for k, v in options.items()},
+            spool_max_mib=spool_mib,
             retention=RetentionSettings.parse(raw.get("retention") or {}, path),
             maintain_every=every,
             dbt_project_dir=str(raw.get("dbt_project_dir", cls.dbt_project_dir)),

@@ -32,7 +32,7 @@ def test_the_commands_the_docs_name_exist() -> None:
     from runner.cli import main
 
     commands = set(main.commands)
-    targets = set(re.findall(r"^([a-z][a-z-]*):", (REPO / "Makefile").read_text(), re.M))
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (REPO / "Makefile").read_text(), re.M))
     wrong = []
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
@@ -41,7 +41,7 @@ def test_the_commands_the_docs_name_exist() -> None:
             for name in re.findall(r"(?:^|[\s(`|])runner ([a-z][a-z-]+)", snippet):
                 if name not in commands:
                     wrong.append(f"{page.relative_to(REPO)}: runner {name}")
-            for name in re.findall(r"(?:^|[\s(`|&])make ([a-z][a-z-]+)", snippet):
+            for name in re.findall(r"(?:^|[\s(`|&])make ([a-z][a-z0-9-]+)", snippet):
                 if name not in targets:
                     wrong.append(f"{page.relative_to(REPO)}: make {name}")
     assert not wrong, wrong

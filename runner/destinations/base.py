@@ -28,8 +28,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FileToStage:
     file_id: int
-    path: FilePath  # a local path, or a RemoteFile URI
+    path: FilePath  # a local path, or a RemoteFile URI: the File's name and identity
     content_hash: str
+    local: Path | None = None  # a remote File's copy in the spool (runner/spool.py), if any
+
+    @property
+    def source(self) -> FilePath:
+        """Where its bytes are read from: the spool's copy, else the File itself."""
+        return self.local if self.local is not None else self.path
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,13 @@ class Destination:
 
     def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
         return build_session(self.project, self.spark_conf(), app_name, hive_support=False)
+
+    @property
+    def spools_remote_files(self) -> bool:
+        """Whether remote Files are staged from local copies (runner/spool.py): when the Spark
+        that stages runs in this process (``spark.master`` local, pyspark's default), which
+        has no connector for object storage. A cluster reads the URIs itself."""
+        return str(self.spark_conf().get("spark.master", "local")).startswith("local")
 
     # --- staging --------------------------------------------------------------------------
     def writer(self) -> StagingWriter:  # pragma: no cover

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 class DatabricksDestination(Destination):
     file_identity: ClassVar[str] = "metadata"
+    spools_remote_files: ClassVar[bool] = False  # its cluster reads the URIs itself
     reads_through_spark = True
 
     @property

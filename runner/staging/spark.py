@@ -141,14 +141,15 @@ def stage_entity(
                 continue
             if when is not None:
                 dates[f.file_id] = when
-        header, problem = read_header(f.path, entity)
+        header, problem = read_header(f.source, entity)
         if header is not None and json_extra.get(f.file_id):
             header = header + json_extra[f.file_id]
             if entity.on_schema_change == "fail":
-                header, problem = None, undeclared_json_field(f.path, entity, json_extra[f.file_id])
+                extra = json_extra[f.file_id]
+                header, problem = None, undeclared_json_field(f.source, entity, extra)
         whole = False
         if not problem and entity.format != "parquet":
-            scan = scan_text_file(f.path, entity)
+            scan = scan_text_file(f.source, entity)
             problem, whole = scan.problem, scan.multiline_records
         if problem:
             result.quarantined[f.file_id] = problem
@@ -162,7 +163,7 @@ def stage_entity(
                 )  # fmt: skip
             key = (tuple(header), whole)
             if key not in evolved:
-                types = parquet_types(f.path) if entity.format == "parquet" and left_out else None
+                types = parquet_types(f.source) if entity.format == "parquet" and left_out else None
                 evolved[key] = evolve(entity, header, table, types)
             if evolved[key].added:
                 result.added[f.file_id] = evolved[key].added
@@ -172,7 +173,7 @@ def stage_entity(
     # with column pruning (Spark's default) a query reading some columns misses it.
     # Local Files are listed by the driver: past Spark's threshold (32 paths) it lists them
     # with a job of one task per File, seconds for what a stat per File does at once.
-    local = all(isinstance(f.path, Path) for f in files)
+    local = all(isinstance(f.source, Path) for f in files)
     settings = {CSV_PRUNING: "false", **({LISTING: str(len(files) + 1)} if local else {})}
     with _session_conf(spark, settings):
         for (columns, whole), group in groups.items():
@@ -693,14 +694,14 @@ def _stage_group(
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
-    paths = [literal_path(str(f.path)) for f in files]
+    paths = [literal_path(str(f.source)) for f in files]
     raw = _read(spark, entity, header, paths, file_identity, whole)
     typed = _typed(raw, entity, header)
     stats = _scan_stats(spark, typed, entity, writer)
     by_uri = _match_files(list(stats), files)
     seen = {by_uri[uri].file_id for uri in stats}
     for f in files:
-        if f.file_id not in seen and _has_data_rows(f.path, entity):
+        if f.file_id not in seen and _has_data_rows(f.source, entity):
             raise IntegrityError(
                 f"{f.path.name}: Spark read no rows from a File that has data rows",
                 path=str(f.path),
@@ -931,7 +932,7 @@ def _json_fields(
     if not files:
         return {}
     declared = [c.name for c in entity.columns]
-    text = _identify(spark.read.text([literal_path(str(f.path)) for f in files]), file_identity)
+    text = _identify(spark.read.text([literal_path(str(f.source)) for f in files]), file_identity)
     found = (
         text.select(FILE_URI, ID, F.explode(F.expr("json_object_keys(value)")).alias("field"))
         .where(~F.col("field").isin(declared))
@@ -974,7 +975,7 @@ def _match_files(uris: list[str], files: list[FileToStage]) -> dict[str, FileToS
     two, is an error: its rows would otherwise be dropped without a word."""
     by_path: dict[str, FileToStage] = {}
     for f in files:
-        for spelling in {str(f.path), str(f.path.resolve()), *_uri_spellings(str(f.path))}:
+        for spelling in {str(f.source), str(f.source.resolve()), *_uri_spellings(str(f.source))}:
             by_path[spelling] = f
     out: dict[str, FileToStage] = {}
     for uri in uris:

@@ -186,3 +186,45 @@ def prometheus_alerts(url: str) -> list[dict]:
 
     with urllib.request.urlopen(f"{url}/api/v1/alerts", timeout=10) as r:
         return list(json.loads(r.read())["data"]["alerts"])
+
+
+S3_INSTALL = "moto's S3 server is missing: `make setup` (or `.venv/bin/pip install 'moto[server]'`)"
+
+
+@contextlib.contextmanager
+def s3_server(folder: Path) -> Iterator[str]:
+    """A local S3 API (moto's server, `make s3-up` runs the same) on a free port of 127.0.0.1,
+    its log in ``folder``; yields its endpoint URL once it answers."""
+    import sys
+    import urllib.request
+
+    exe = Path(sys.executable).parent / "moto_server"
+    if not exe.exists():
+        raise RuntimeError(S3_INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log = (folder / "moto.log").open("w")
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (folder / "moto.log").read_text()[-2000:]
+                raise RuntimeError(f"moto did not start: {tail}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,156 @@
+"""Landing roots in object storage (docs/landing.md), against a local S3 API (moto's server).
+
+Files as AWS DMS writes them to S3 (the full load in the table's folder, changes in date
+folders, `DatePartitionEnabled`), a File uploaded again (the same key and bytes: the same File)
+and once more under another key (a DUPLICATE), and a File uploaded in parts that is still open
+during the first run and completed before the second: the tables equal the plain-Python oracle
+of the completed Files, each File applied once,
+the open upload never seen; the endpoint comes from runner.yml, the credentials from the AWS
+environment. Staged on PostgreSQL in this process (the embedded Spark reads each object from
+the spool: runner/spool.py), and the spool is empty afterwards."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers.project import CHANGES_HISTORY, link_package, make_project, read_table
+from helpers.scenario import (
+    ROUND_1,
+    ROUND_2,
+    ROUND_3,
+    SAMPLE_SNAPSHOTS,
+    current_rows,
+    for_table,
+    oracle,
+    write,
+)
+from helpers.servers import s3_server
+
+from audit import AuditDB
+from runner.ids import new_process_id
+from runner.invocation import Invocation
+from runner.project import Project
+from runner.run import run
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with s3_server(tmp_path_factory.mktemp("moto")) as url:
+        yield url
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials as the AWS chain finds them (moto takes any); no endpoint in the environment:
+    runner.yml gives it."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def s3_project(root: Path, bucket: str, endpoint: str) -> Path:
+    """The sample project with its landing root in the bucket and DMS's date folders."""
+    make_project(root, without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+    link_package(root)
+    settings = yaml.safe_load((root / "runner.yml").read_text()) or {}
+    settings["landing_roots"] = [f"s3://{bucket}/dms"]
+    settings["landing_options"] = {"s3": {"endpoint_url": endpoint}}
+    (root / "runner.yml").write_text(yaml.safe_dump(settings))
+    sources = root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
+    doc = yaml.safe_load(sources.read_text())
+    customers = next(t for t in doc["sources"][0]["tables"] if t["name"] == "customers")
+    customers["meta"]["cdc"]["landing"] = ["customers/*.csv", "customers/*/*/*/*.csv"]
+    sources.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return root
+
+
+def key_for(name: str) -> str:
+    """Where DMS puts a File: the full load in the table's folder, changes by date."""
+    if name.startswith("LOAD"):
+        return f"dms/customers/{name}"
+    return f"dms/customers/{name[:4]}/{name[4:6]}/{name[6:8]}/{name}"
+
+
+def test_files_as_dms_writes_them_to_s3_are_applied_once_as_from_local_disk(
+    spark: Any, tmp_path: Path, pg_schema: str, s3_endpoint: str, aws: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    import boto3
+
+    monkeypatch.setenv("CDC_SCHEMA", pg_schema)
+    bucket = f"landing-{uuid.uuid4().hex[:12]}"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket=bucket)
+    root = s3_project(tmp_path / "repo", bucket, s3_endpoint)
+    project = Project.load(root, target="postgres")
+    local = tmp_path / "files"
+    rounds = (ROUND_1, ROUND_2, ROUND_3)
+    files = {n: write(local / n, rows) for r in rounds for n, rows in r.items()}
+    in_parts = next(iter(ROUND_2))  # uploaded in parts, below
+    for name in [*ROUND_1, *ROUND_2]:
+        if name != in_parts:
+            s3.upload_file(str(files[name]), bucket, key_for(name))
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key_for(in_parts))
+    part = s3.upload_part(
+        Bucket=bucket, Key=key_for(in_parts), UploadId=upload["UploadId"], PartNumber=1,
+        Body=files[in_parts].read_bytes(),
+    )  # fmt: skip
+    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
+    db.upgrade()
+
+    def run_once() -> Any:
+        pid = new_process_id()
+        db.start_run(pid, "run", "postgres")
+        result = run(Invocation.of(project, db, spark), pid, entity_names=["customers"])
+        db.end_run(pid, "ok" if result.ok else "failed")
+        assert result.ok, (result.dbt_error, result.ingest.notes)
+        return result
+
+    def table() -> dict:
+        return current_rows(read_table("postgres", spark, project, pg_schema, "customers"))
+
+    first = run_once()  # the File still uploading is not there
+    done = [files[n] for n in [*ROUND_1, *ROUND_2] if n != in_parts]
+    assert first.ingest.registered == len(done)
+    assert table() == oracle(sorted(done, key=lambda p: p.name))
+
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key=key_for(in_parts), UploadId=upload["UploadId"],
+        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+    )  # fmt: skip
+    for name in ROUND_3:
+        s3.upload_file(str(files[name]), bucket, key_for(name))
+    again = next(iter(ROUND_1))  # one File uploaded again (the same key, the same bytes) ...
+    s3.upload_file(str(files[again]), bucket, key_for(again))
+    copy = f"dms/customers/2026/03/02/{again}"  # ... and once more under another key
+    s3.upload_file(str(files[again]), bucket, copy)
+    second = run_once()
+    assert (second.ingest.registered, second.ingest.duplicates) == (1 + len(ROUND_3) + 1, 1)
+    assert table() == oracle(sorted(files.values(), key=lambda p: p.name))
+
+    # each File applied once, by the name it has in the bucket
+    markers = for_table(project_markers(project, spark), "customers")
+    assert Counter(m["file_name"] for m in markers) == {n: 1 for n in files}
+    states = Counter(f.state for f in db.files())
+    assert states == {"COMMITTED": len(files), "DUPLICATE": 1}, states
+    assert {f.path for f in db.files(states=["COMMITTED"])} == {
+        f"s3://{bucket}/{key_for(n)}" for n in files
+    }
+    spool = project.state_dir / "spool"
+    assert not spool.exists() or not any(spool.iterdir())
+    db.dispose()
+
+
+def project_markers(project: Project, spark: Any) -> list[dict]:
+    from runner.destinations import destination_for
+
+    return destination_for(project).markers(spark)
