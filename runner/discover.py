@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.entities import Entity
-from runner.errors import ConfigError
-from runner.fs import FilePath, RemoteFile, file_size_mtime, filesystem, size_mtime
+from runner.errors import CdcError, ConfigError, TransientError, first_line
+from runner.fs import FilePath, RemoteFile, etag, file_size_mtime, filesystem, size_mtime
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class LandedFile:
     path: FilePath  # resolved, inside a landing root (a local path or a RemoteFile URI)
     size: int
     mtime: datetime  # naive UTC
+    etag: str | None = None  # an object's entity tag (object stores): new bytes, a new tag
 
     @property
     def name(self) -> str:
@@ -35,10 +36,7 @@ def resolve_roots(roots: list[FilePath]) -> list[FilePath]:
     resolved: list[FilePath] = []
     for root in roots:
         if isinstance(root, RemoteFile):
-            fs, path = filesystem(root.uri)
-            fs.invalidate_cache(path)
-            if not fs.isdir(path):
-                raise ConfigError(f"landing root {root} does not exist or is not a folder")
+            _check_remote_root(root)
             resolved.append(RemoteFile(root.uri.rstrip("/")))
             continue
         real = root.resolve()
@@ -46,6 +44,38 @@ def resolve_roots(roots: list[FilePath]) -> list[FilePath]:
             raise ConfigError(f"landing root {root} does not exist or is not a folder")
         resolved.append(real)
     return resolved
+
+
+def _check_remote_root(root: RemoteFile) -> None:
+    """A remote root can be listed: its bucket (container) exists and the credentials may list
+    it; a prefix with no object under it yet is a root with no Files (object stores have no
+    folders). Each failure is one line naming the root; an endpoint that does not answer is
+    transient (a watch polls again)."""
+    fs, path = filesystem(root.uri)
+    fs.invalidate_cache()  # fsspec keeps listings (of every folder): a watch would see nothing new
+    bucket = path.split("/", 1)[0]
+    try:
+        if fs.isdir(path):
+            return
+        if fs.isfile(path):
+            raise ConfigError(f"landing root {root} is an object, not a prefix to list")
+        if not fs.exists(bucket):
+            raise ConfigError(
+                f"landing root {root}: bucket {bucket!r} does not exist (or these credentials "
+                "cannot see it)"
+            )
+    except PermissionError as exc:
+        raise ConfigError(
+            f"landing root {root}: access denied ({first_line(exc)}); check the credentials "
+            "the store's own chain finds (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "AWS_PROFILE, an instance role)"
+        ) from exc
+    except CdcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the store's client: no endpoint, no network
+        raise TransientError(
+            f"landing root {root} cannot be listed: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:
@@ -99,7 +129,6 @@ def _discover_remote(
     never hold '..': checked when declared)."""
     fs, base = filesystem(root.uri)
     base = base.rstrip("/")
-    fs.invalidate_cache()  # fsspec keeps listings (of every folder): a watch would see nothing new
     out = []
     for glob in entity.landing:
         for path, info in sorted(fs.glob(f"{base}/{glob}", detail=True).items()):
@@ -117,7 +146,9 @@ def _discover_remote(
                     "minimum age"
                 )
                 continue
-            landed = LandedFile(entity=entity.name, path=RemoteFile(uri), size=size, mtime=mtime)
+            landed = LandedFile(
+                entity=entity.name, path=RemoteFile(uri), size=size, mtime=mtime, etag=etag(info)
+            )
             out.append(landed)
     return out
 
@@ -125,19 +156,26 @@ def _discover_remote(
 def settle(
     files: list[LandedFile], seconds: float, *, sleep: Callable[[float], None] = time.sleep
 ) -> tuple[list[LandedFile], list[str]]:
-    """Keep the Files whose size and mtime did not change over ``seconds`` (a second listing)."""
+    """Keep the Files whose size and mtime (and an object's entity tag: an object rewritten
+    with as many bytes in the same second) did not change over ``seconds`` (a second
+    listing)."""
     if seconds <= 0 or not files:
         return files, []
     sleep(seconds)
     stable, notes = [], []
     for f in files:
         try:
-            size, mtime = size_mtime(f.path)
+            if isinstance(f.path, RemoteFile):
+                info = f.path.info()
+                (size, mtime), tag = file_size_mtime(info), etag(info)
+            else:
+                (size, mtime), tag = size_mtime(f.path), None
         except FileNotFoundError:
             notes.append(f"{f.path}: disappeared between two listings; skipped")
             continue
-        if size != f.size or mtime != f.mtime:
-            notes.append(f"{f.path}: size or mtime changed within {seconds:g}s; skipped this run")
+        if size != f.size or mtime != f.mtime or tag != f.etag:
+            what = "size, mtime or ETag" if f.etag else "size or mtime"
+            notes.append(f"{f.path}: {what} changed within {seconds:g}s; skipped this run")
             continue
         stable.append(f)
     return stable, notes

@@ -53,10 +53,14 @@ class RemoteFile:
         handle: IO[bytes] = fsspec.open(self.uri, mode).open()
         return handle
 
-    def stat(self) -> tuple[int, datetime]:
+    def info(self) -> dict[str, Any]:
+        """The object's entry as the store says now (not as a listing saw it)."""
         fs, path = filesystem(self.uri)
-        fs.invalidate_cache(path)  # as it is now, not as a listing saw it
-        return file_size_mtime(fs.info(path))
+        fs.invalidate_cache(path)
+        return dict(fs.info(path))
+
+    def stat(self) -> tuple[int, datetime]:
+        return file_size_mtime(self.info())
 
 
 FilePath = Path | RemoteFile
@@ -123,6 +127,13 @@ def file_size_mtime(info: dict[str, Any]) -> tuple[int, datetime]:
     else:
         mtime = datetime.fromtimestamp(0, UTC)  # unknown: settle() compares sizes then
     return int(info.get("size") or 0), mtime.astimezone(UTC).replace(tzinfo=None)
+
+
+def etag(info: dict[str, Any]) -> str | None:
+    """An object's entity tag from an fsspec ``info`` entry (S3's ETag, GCS's etag, Azure's
+    etag), or None where the store has none."""
+    found = info.get("ETag") or info.get("etag")
+    return str(found).strip('"') if found else None
 
 
 def same_store_spellings(uri: str) -> set[str]:

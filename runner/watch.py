@@ -28,7 +28,7 @@ from typing import Any
 
 from runner.dbt_invoke import parsed_dbt
 from runner.discover import discover
-from runner.errors import CdcError
+from runner.errors import CdcError, TransientError
 from runner.ingest import landing_roots
 from runner.invocation import Invocation, recorded_run
 from runner.maintain import MaintainResult, maintain_if_due
@@ -217,7 +217,12 @@ def _loop(
     while not stop.is_set() and (max_batches is None or len(batches) < max_batches):
         waiting = poll.waiting()
         retry = failed_at is not None and time.monotonic() - failed_at >= RETRY_SECONDS
-        if poll.new_files() or (waiting and (seen is None or waiting - seen)) or retry:
+        try:
+            new = poll.new_files()
+        except TransientError as exc:  # a landing root in object storage did not answer
+            log.warning("%s; polling again", exc.message)
+            new = 0
+        if new or (waiting and (seen is None or waiting - seen)) or retry:
             if dbt_runner is None:
                 dbt_runner = parsed_dbt(inv.project)
             batch = _batch(inv, dbt_runner, dbt_args=dbt_args, **ingest_args)

@@ -7,7 +7,12 @@ during the first run and completed before the second: the tables equal the plain
 of the completed Files, each File applied once,
 the open upload never seen; the endpoint comes from runner.yml, the credentials from the AWS
 environment. Staged on PostgreSQL in this process (the embedded Spark reads each object from
-the spool: runner/spool.py), and the spool is empty afterwards."""
+the spool: runner/spool.py), and the spool is empty afterwards.
+
+A root that cannot be listed (no such bucket, credentials refused, no endpoint answering) is
+one line naming it, from `runner ingest` as typed, and nothing is registered. `--settle` keeps
+an object rewritten between its two listings out of the run, even with as many bytes in the
+same second (its ETag changed)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.project import CHANGES_HISTORY, link_package, make_project, read_table
+from helpers.project import CHANGES_HISTORY, Cli, link_package, make_project, read_table
 from helpers.scenario import (
     ROUND_1,
     ROUND_2,
@@ -29,7 +34,7 @@ from helpers.scenario import (
     oracle,
     write,
 )
-from helpers.servers import s3_server
+from helpers.servers import _free_port, s3_server
 
 from audit import AuditDB
 from runner.ids import new_process_id
@@ -154,3 +159,59 @@ def project_markers(project: Project, spark: Any) -> list[dict]:
     from runner.destinations import destination_for
 
     return destination_for(project).markers(spark)
+
+
+def test_a_root_that_cannot_be_listed_is_one_line_naming_it(
+    tmp_path: Path, s3_endpoint: str, aws: None
+) -> None:
+    import boto3
+
+    root = make_project(tmp_path / "repo", without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+    cli = Cli(root, "local", "cdc_s3_errors", in_process=True)
+    cli.env.update(AWS_MAX_ATTEMPTS="1")  # the client's own retries: one attempt
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="there")
+
+    def said(endpoint: str, landing: str) -> str:
+        settings = yaml.safe_load((root / "runner.yml").read_text()) or {}
+        settings["landing_options"] = {"s3": {"endpoint_url": endpoint}}
+        (root / "runner.yml").write_text(yaml.safe_dump(settings))
+        out = cli.runner("ingest", "--landing", landing, ok=(2,))
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and landing in lines[0], out.stderr
+        return lines[0]
+
+    assert "bucket 'nobucket' does not exist" in said(s3_endpoint, "s3://nobucket/dms")
+    with s3_server(tmp_path / "moto-auth", check_credentials=True) as strict:
+        assert "access denied" in said(strict, "s3://there/dms")
+    assert "cannot be listed" in said(f"http://127.0.0.1:{_free_port()}", "s3://there/dms")
+    db = AuditDB(f"sqlite:///{root / '.cdc' / 'local' / 'audit.db'}")
+    assert db.files() == []
+    db.dispose()
+
+
+def test_settle_leaves_out_an_object_rewritten_between_two_listings(
+    tmp_path: Path, s3_endpoint: str, aws: None
+) -> None:
+    import boto3
+
+    from runner.discover import discover, settle
+    from runner.entities import load_entities
+    from runner.fs import RemoteFile, configure
+
+    bucket = f"settle-{uuid.uuid4().hex[:12]}"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket=bucket)
+    for name in ("20260301-080500000.csv", "20260301-081000000.csv"):
+        s3.put_object(Bucket=bucket, Key=f"customers/{name}", Body=b"Op,x\nI,1\n")
+    configure({"s3": {"endpoint_url": s3_endpoint}})
+    root = make_project(tmp_path / "repo", without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+    entity = load_entities(Project.load(root, target="local"))["customers"]
+    listed, _ = discover(entity, [RemoteFile(f"s3://{bucket}")])
+    assert [f.name for f in listed] == ["20260301-080500000.csv", "20260301-081000000.csv"]
+
+    def rewrite(_seconds: float) -> None:  # within the window: the same size, other bytes
+        s3.put_object(Bucket=bucket, Key="customers/20260301-081000000.csv", Body=b"Op,x\nU,2\n")
+
+    kept, notes = settle(listed, 1.0, sleep=rewrite)
+    assert [f.name for f in kept] == ["20260301-080500000.csv"]
+    assert "20260301-081000000.csv: size, mtime or ETag changed" in notes[0]

@@ -192,9 +192,10 @@ S3_INSTALL = "moto's S3 server is missing: `make setup` (or `.venv/bin/pip insta
 
 
 @contextlib.contextmanager
-def s3_server(folder: Path) -> Iterator[str]:
+def s3_server(folder: Path, *, check_credentials: bool = False) -> Iterator[str]:
     """A local S3 API (moto's server, `make s3-up` runs the same) on a free port of 127.0.0.1,
-    its log in ``folder``; yields its endpoint URL once it answers."""
+    its log in ``folder``; yields its endpoint URL once it answers. With
+    ``check_credentials`` it refuses every access key it did not issue (moto's IAM checks)."""
     import sys
     import urllib.request
 
@@ -204,9 +205,11 @@ def s3_server(folder: Path) -> Iterator[str]:
     folder.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     log = (folder / "moto.log").open("w")
+    env = dict(os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if check_credentials else {}))
     proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
-    )
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+    )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
