@@ -21,7 +21,7 @@ from runner.phases import Phases
 from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import reconcile
-from runner.spool import Spool
+from runner.spool import Spool, spark_reads
 from runner.staging.schema import declaration_yaml
 from runner.staging.spark import StageResult, stage_entity
 
@@ -135,13 +135,15 @@ def ingest(
 
 
 def _spool(inv: Invocation, roots: list[FilePath], process_id: str) -> Spool | None:
-    """The run's spool (runner/spool.py) when a landing root is remote and the destination's
-    Spark runs here, without a connector for object storage; copies left by runs that are no
-    longer running are removed first."""
-    if not any(isinstance(r, RemoteFile) for r in roots) or not inv.destination.spools_remote_files:
+    """The run's spool (runner/spool.py) when a landing root is remote: copies made while
+    hashing where the destination's Spark runs in this process (``eager``), else only for a
+    Spark found without a connector for the scheme when staging. Copies left by runs that are
+    no longer running are removed first."""
+    if not any(isinstance(r, RemoteFile) for r in roots):
         return None
     max_bytes = inv.project.settings.spool_max_mib * 1024 * 1024
-    spool = Spool(inv.project.state_dir / "spool", process_id, max_bytes)
+    eager = inv.destination.spools_remote_files
+    spool = Spool(inv.project.state_dir / "spool", process_id, max_bytes, eager=eager)
     spool.clean({r["process_id"] for r in inv.db.runs() if r["outcome"] == "running"})
     return spool
 
@@ -168,7 +170,7 @@ def _register(
         remote = landed.path if isinstance(landed.path, RemoteFile) else None
         digest = (
             spool.hash_and_keep(remote, landed.size)
-            if spool is not None and remote is not None
+            if spool is not None and spool.eager and remote is not None
             else content_hash(landed.path)
         )
         entries.append(
@@ -275,11 +277,12 @@ class _Stager:
 
     def _to_stage(self, rec: FileRecord) -> FileToStage:
         path = as_file(rec.path)
-        if self.spool is None or not isinstance(path, RemoteFile):
+        spool = self.spool
+        if spool is None or not isinstance(path, RemoteFile):
             return FileToStage(rec.id, path, rec.content_hash)
-        return FileToStage(
-            rec.id, path, rec.content_hash, self.spool.local_copy(path, rec.content_hash)
-        )
+        if not spool.has(path, rec.content_hash) and spark_reads(self.spark, path.uri):
+            return FileToStage(rec.id, path, rec.content_hash)  # its Spark reads the URI
+        return FileToStage(rec.id, path, rec.content_hash, spool.local_copy(path, rec.content_hash))
 
     def stage(self, claimed: list[FileRecord]) -> None:
         self.progress.start("stage", self.entity.name, len(claimed))

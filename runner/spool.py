@@ -20,7 +20,7 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from runner.errors import TerminalError
 from runner.fs import RemoteFile
@@ -35,10 +35,13 @@ T = TypeVar("T")
 class Spool:
     """One run's local copies, under ``<state_dir>/spool/<process id>/``."""
 
-    def __init__(self, root: Path, process_id: str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, root: Path, process_id: str, max_bytes: int = DEFAULT_MAX_BYTES, *, eager: bool = True
+    ) -> None:
         self.root = root
         self.dir = root / process_id
         self.max_bytes = max_bytes
+        self.eager = eager  # copies made while hashing (else only when Spark cannot read)
         self.held = 0  # bytes of the copies made while hashing, not yet released
 
     def path_for(self, digest: str, name: str) -> Path:
@@ -55,6 +58,9 @@ class Spool:
         os.replace(part, final)
         self.held += size
         return digest
+
+    def has(self, remote: RemoteFile, registered: str) -> bool:
+        return self.path_for(registered, remote.name).exists()
 
     def local_copy(self, remote: RemoteFile, registered: str) -> Path:
         """The File's copy, fetched now if hashing did not keep one. Bytes that are no longer
@@ -118,3 +124,24 @@ class Spool:
                 sink.write(chunk)
         return digest.hexdigest(), part
 
+
+_READS: dict[tuple[int, str], bool] = {}
+
+
+def spark_reads(spark: Any, uri: str) -> bool:
+    """Whether ``spark`` has a filesystem for the URI's scheme (Hadoop's connectors: s3a with
+    hadoop-aws, gs with the GCS connector, abfss with hadoop-azure). Spark Connect (Databricks)
+    cannot be asked and reads what its cluster reads: True."""
+    scheme = uri.split("://", 1)[0]
+    key = (id(spark), scheme)
+    if key not in _READS:
+        try:
+            jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+        except AttributeError:
+            return True
+        try:
+            jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+            _READS[key] = True
+        except Exception:  # noqa: BLE001 - UnsupportedFileSystemException, through Py4J
+            _READS[key] = False
+    return _READS[key]

@@ -4,10 +4,16 @@ Files as AWS DMS writes them to S3 (the full load in the table's folder, changes
 folders, `DatePartitionEnabled`), a File uploaded again (the same key and bytes: the same File)
 and once more under another key (a DUPLICATE), and a File uploaded in parts that is still open
 during the first run and completed before the second: the tables equal the plain-Python oracle
-of the completed Files, each File applied once,
-the open upload never seen; the endpoint comes from runner.yml, the credentials from the AWS
-environment. Staged on PostgreSQL in this process (the embedded Spark reads each object from
-the spool: runner/spool.py), and the spool is empty afterwards.
+of the completed Files, each File applied once, the open upload never seen; the endpoint comes
+from runner.yml, the credentials from the AWS environment. `runner run` as typed, in this
+process, on PostgreSQL: its staging Spark (the embedded default's, as on local Spark) reads
+each object from the spool (runner/spool.py), empty afterwards. What differs on local Spark
+is only whether the spool is used (a test below; `make demo-s3` runs the sample from a bucket
+on local Spark): the Spark reads the same local copies.
+
+The spool: a File registered by an earlier run is copied when staged, checked against its
+content hash (an object rewritten since is refused); a Spark is asked whether it reads a
+scheme.
 
 A root that cannot be listed (no such bucket, credentials refused, no endpoint answering) is
 one line naming it, from `runner ingest` as typed, and nothing is registered. `--settle` keeps
@@ -16,6 +22,7 @@ same second (its ETag changed)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -23,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.project import CHANGES_HISTORY, Cli, link_package, make_project, read_table
+from helpers.project import CHANGES_HISTORY, Cli, audit_rows, make_project, read_table
 from helpers.scenario import (
     ROUND_1,
     ROUND_2,
@@ -37,12 +44,10 @@ from helpers.scenario import (
 from helpers.servers import _free_port, s3_server
 
 from audit import AuditDB
-from runner.ids import new_process_id
-from runner.invocation import Invocation
+from runner.destinations import destination_for
 from runner.project import Project
-from runner.run import run
 
-pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +67,29 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
-def s3_project(root: Path, bucket: str, endpoint: str) -> Path:
-    """The sample project with its landing root in the bucket and DMS's date folders."""
-    make_project(root, without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
-    link_package(root)
+def s3_landing(root: Path, bucket: str, endpoint: str) -> None:
+    """The project's landing root in the bucket (the endpoint in runner.yml), customers'
+    globs for DMS's date folders, and only what applies customers (no other entity, no dbt
+    test, no snapshot)."""
     settings = yaml.safe_load((root / "runner.yml").read_text()) or {}
     settings["landing_roots"] = [f"s3://{bucket}/dms"]
     settings["landing_options"] = {"s3": {"endpoint_url": endpoint}}
     (root / "runner.yml").write_text(yaml.safe_dump(settings))
-    sources = root / "dbt_project" / "models" / "staging" / "cdc_sources.yml"
+    models = root / "dbt_project" / "models"
+    sources = models / "staging" / "cdc_sources.yml"
     doc = yaml.safe_load(sources.read_text())
     customers = next(t for t in doc["sources"][0]["tables"] if t["name"] == "customers")
     customers["meta"]["cdc"]["landing"] = ["customers/*.csv", "customers/*/*/*/*.csv"]
+    doc["sources"][0]["tables"] = [customers]  # customers alone, its apply model alone:
     sources.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    return root
+    (models / "staging" / "stg_accounts.sql").unlink()  # where the Files come from is the point
+    (root / "dbt_project" / "snapshots" / "customers_history.yml").unlink()
+    conf = yaml.safe_load((models / "customers.yml").read_text())
+    for model in conf["models"]:
+        model.pop("data_tests", None)
+        for column in model.get("columns") or []:
+            column.pop("data_tests", None)
+    (models / "customers.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
 
 
 def key_for(name: str) -> str:
@@ -85,18 +99,21 @@ def key_for(name: str) -> str:
     return f"dms/customers/{name[:4]}/{name[4:6]}/{name[6:8]}/{name}"
 
 
+@pytest.mark.postgres
 def test_files_as_dms_writes_them_to_s3_are_applied_once_as_from_local_disk(
-    spark: Any, tmp_path: Path, pg_schema: str, s3_endpoint: str, aws: None,
+    spark: Any, cli_project: Any, tmp_path: Path, s3_endpoint: str, aws: None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     import boto3
 
-    monkeypatch.setenv("CDC_SCHEMA", pg_schema)
+    target = "postgres"
+    cli = cli_project(target, without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+    monkeypatch.setenv("CDC_SCHEMA", cli.schema)  # this test's own reads
     bucket = f"landing-{uuid.uuid4().hex[:12]}"
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.create_bucket(Bucket=bucket)
-    root = s3_project(tmp_path / "repo", bucket, s3_endpoint)
-    project = Project.load(root, target="postgres")
+    s3_landing(cli.root, bucket, s3_endpoint)
+    project = Project.load(cli.root, target=target)
     local = tmp_path / "files"
     rounds = (ROUND_1, ROUND_2, ROUND_3)
     files = {n: write(local / n, rows) for r in rounds for n, rows in r.items()}
@@ -109,56 +126,44 @@ def test_files_as_dms_writes_them_to_s3_are_applied_once_as_from_local_disk(
         Bucket=bucket, Key=key_for(in_parts), UploadId=upload["UploadId"], PartNumber=1,
         Body=files[in_parts].read_bytes(),
     )  # fmt: skip
-    db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
-    db.upgrade()
 
-    def run_once() -> Any:
-        pid = new_process_id()
-        db.start_run(pid, "run", "postgres")
-        result = run(Invocation.of(project, db, spark), pid, entity_names=["customers"])
-        db.end_run(pid, "ok" if result.ok else "failed")
-        assert result.ok, (result.dbt_error, result.ingest.notes)
-        return result
+    def run() -> dict:
+        return dict(json.loads(cli.runner("run", "--json").stdout.strip().splitlines()[-1]))
 
     def table() -> dict:
-        return current_rows(read_table("postgres", spark, project, pg_schema, "customers"))
+        return current_rows(read_table(target, spark, project, cli.schema, "customers"))
 
-    first = run_once()  # the File still uploading is not there
+    def the_rest() -> None:
+        s3.complete_multipart_upload(
+            Bucket=bucket, Key=key_for(in_parts), UploadId=upload["UploadId"],
+            MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
+        )  # fmt: skip
+        for name in ROUND_3:
+            s3.upload_file(str(files[name]), bucket, key_for(name))
+        again = next(iter(ROUND_1))  # a File uploaded again (the same key, the same bytes) ...
+        s3.upload_file(str(files[again]), bucket, key_for(again))
+        copy = f"dms/customers/2026/03/02/{again}"  # ... and once more under another key
+        s3.upload_file(str(files[again]), bucket, copy)
+
+    first = run()  # while one File is still uploading
     done = [files[n] for n in [*ROUND_1, *ROUND_2] if n != in_parts]
-    assert first.ingest.registered == len(done)
+    assert first["ingest"]["registered"] == len(done)
     assert table() == oracle(sorted(done, key=lambda p: p.name))
-
-    s3.complete_multipart_upload(
-        Bucket=bucket, Key=key_for(in_parts), UploadId=upload["UploadId"],
-        MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]},
-    )  # fmt: skip
-    for name in ROUND_3:
-        s3.upload_file(str(files[name]), bucket, key_for(name))
-    again = next(iter(ROUND_1))  # one File uploaded again (the same key, the same bytes) ...
-    s3.upload_file(str(files[again]), bucket, key_for(again))
-    copy = f"dms/customers/2026/03/02/{again}"  # ... and once more under another key
-    s3.upload_file(str(files[again]), bucket, copy)
-    second = run_once()
-    assert (second.ingest.registered, second.ingest.duplicates) == (1 + len(ROUND_3) + 1, 1)
+    the_rest()
+    second = run()
+    counts = (second["ingest"]["registered"], second["ingest"]["duplicates"])
+    assert counts == (1 + len(ROUND_3) + 1, 1)
     assert table() == oracle(sorted(files.values(), key=lambda p: p.name))
 
     # each File applied once, by the name it has in the bucket
-    markers = for_table(project_markers(project, spark), "customers")
+    markers = for_table(destination_for(project).markers(spark), "customers")
     assert Counter(m["file_name"] for m in markers) == {n: 1 for n in files}
-    states = Counter(f.state for f in db.files())
+    states = dict(audit_rows(cli, "select state, count(*) from files group by state"))
     assert states == {"COMMITTED": len(files), "DUPLICATE": 1}, states
-    assert {f.path for f in db.files(states=["COMMITTED"])} == {
-        f"s3://{bucket}/{key_for(n)}" for n in files
-    }
+    committed = audit_rows(cli, "select path from files where state = 'COMMITTED'")
+    assert {p for (p,) in committed} == {f"s3://{bucket}/{key_for(n)}" for n in files}
     spool = project.state_dir / "spool"
     assert not spool.exists() or not any(spool.iterdir())
-    db.dispose()
-
-
-def project_markers(project: Project, spark: Any) -> list[dict]:
-    from runner.destinations import destination_for
-
-    return destination_for(project).markers(spark)
 
 
 def test_a_root_that_cannot_be_listed_is_one_line_naming_it(
@@ -215,3 +220,39 @@ def test_settle_leaves_out_an_object_rewritten_between_two_listings(
     kept, notes = settle(listed, 1.0, sleep=rewrite)
     assert [f.name for f in kept] == ["20260301-080500000.csv"]
     assert "20260301-081000000.csv: size, mtime or ETag changed" in notes[0]
+
+
+def test_the_spool_is_used_where_spark_cannot_read_the_scheme(
+    spark: Any, tmp_path: Path, s3_endpoint: str, aws: None
+) -> None:
+    import boto3
+
+    from runner.errors import TerminalError
+    from runner.fs import RemoteFile, configure
+    from runner.hashing import content_hash
+    from runner.spool import Spool, spark_reads
+
+    root = make_project(tmp_path / "repo")
+    spooled = {t: destination_for(Project.load(root, target=t)).spools_remote_files
+               for t in ("local", "postgres", "cluster")}  # fmt: skip
+    assert spooled == {"local": True, "postgres": True, "cluster": False}
+    assert not spark_reads(spark, "s3://bucket/x.csv")  # no connector in the embedded default
+    assert spark_reads(spark, f"file://{tmp_path}/x.csv")
+
+    bucket = f"spool-{uuid.uuid4().hex[:12]}"
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="customers/a.csv", Body=b"Op,x\nI,1\n")
+    configure({"s3": {"endpoint_url": s3_endpoint}})
+    remote = RemoteFile(f"s3://{bucket}/customers/a.csv")
+    registered = content_hash(remote)
+    spool = Spool(tmp_path / "spool", "run-1", eager=False)
+    copy = spool.local_copy(remote, registered)  # staged by a later run: fetched now
+    assert copy.read_bytes() == b"Op,x\nI,1\n" and copy.name == "a.csv"
+    spool.release([registered])
+    assert not copy.exists()
+    s3.put_object(Bucket=bucket, Key="customers/a.csv", Body=b"Op,x\nU,2\n")
+    with pytest.raises(TerminalError, match="a.csv: its bytes changed since the File was"):
+        spool.local_copy(remote, registered)
+    spool.close()
+    assert not (tmp_path / "spool" / "run-1").exists()
