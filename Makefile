@@ -2,9 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS := dev,bigquery,databricks,s3
+EXTRAS := dev,bigquery,databricks,s3,azure
 
-.PHONY: setup jdbc-driver prometheus demo demo-s3 test test-fast test-record lint format bench bench-quick bq-up bq-down s3-up s3-down clean help docs
+.PHONY: setup jdbc-driver prometheus azurite demo demo-s3 test test-fast test-record lint format bench bench-quick bq-up bq-down s3-up s3-down clean help docs
 
 help:
 	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
@@ -52,6 +52,20 @@ prometheus:
 	  echo "Prometheus is missing (the tests need it): sudo apt-get install -y prometheus"; \
 	fi
 
+# Azurite (npm), Azure's storage emulator: the tests list, hash and stage Files of an abfss://
+# landing root on it (docs/landing.md). Into .venv/azurite with the machine's npm; without npm,
+# said, and setup goes on (the runner does not need it).
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
+azurite: $(AZURITE)
+
+$(AZURITE): | $(BIN)/python
+	@if command -v npm >/dev/null; then \
+	  echo "installing Azurite from npm into $(VENV)/azurite (the abfss:// tests' storage)"; \
+	  npm install --silent --no-audit --no-fund --prefix $(VENV)/azurite azurite@3.37.0 >/dev/null; \
+	else \
+	  echo "Azurite is missing (the tests need it): install Node.js and npm, then make setup"; \
+	fi
+
 # The embedded default's Spark catalog lives in PostgreSQL: Spark needs its JDBC driver, from
 # Debian's libpostgresql-jdbc-java (installed here when missing and we may; two setups at once
 # take turns, and apt waits for another apt's lock), or a postgresql.jar you put in jars/.
@@ -72,7 +86,7 @@ jdbc-driver:
 # The runner's own modules byte-compiled, as pip does for an installed package: a short command
 # (a run with nothing new) then does not compile them each time, also where
 # PYTHONDONTWRITEBYTECODE keeps Python from writing them itself.
-setup: $(VENV)/.installed jdbc-driver prometheus
+setup: $(VENV)/.installed jdbc-driver prometheus azurite
 	@$(BIN)/python -m compileall -q runner audit > /dev/null
 	@$(BIN)/runner init
 	@$(BIN)/python tools/bq_emulator.py install

@@ -139,7 +139,9 @@ def _discover_remote(
                 continue
             size, mtime = file_size_mtime(info)
             age = now - mtime.replace(tzinfo=UTC).timestamp()
-            uri = fs.unstrip_protocol(path)
+            # the root as the user spelled it, then the path under it: fsspec's own spelling
+            # may drop what the store needs to find it again (abfss://container@account...)
+            uri = root.uri.rstrip("/") + path[len(base) :]
             if age < min_age_seconds:
                 notes.append(
                     f"{uri}: modified {age:.1f}s ago; skipped until it is older than the "

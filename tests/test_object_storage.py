@@ -13,7 +13,9 @@ on local Spark): the Spark reads the same local copies.
 
 The spool: a File registered by an earlier run is copied when staged, checked against its
 content hash (an object rewritten since is refused); a Spark is asked whether it reads a
-scheme.
+scheme. An `abfss://` root on Azurite (Azure's storage emulator): listed, hashed and staged,
+each File recorded under the root's own spelling (container@account), the credentials from
+AZURE_STORAGE_CONNECTION_STRING.
 
 A root that cannot be listed (no such bucket, credentials refused, no endpoint answering) is
 one line naming it, from `runner ingest` as typed, and nothing is registered. `--settle` keeps
@@ -41,7 +43,7 @@ from helpers.scenario import (
     oracle,
     write,
 )
-from helpers.servers import _free_port, s3_server
+from helpers.servers import _free_port, azurite, s3_server
 
 from audit import AuditDB
 from runner.destinations import destination_for
@@ -67,13 +69,14 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
-def s3_landing(root: Path, bucket: str, endpoint: str) -> None:
-    """The project's landing root in the bucket (the endpoint in runner.yml), customers'
-    globs for DMS's date folders, and only what applies customers (no other entity, no dbt
-    test, no snapshot)."""
+def remote_landing(root: Path, landing: str, options: dict | None = None) -> None:
+    """The project's landing root in object storage (fsspec options in runner.yml),
+    customers' globs for DMS's date folders, and only what applies customers (no other
+    entity, no dbt test, no snapshot)."""
     settings = yaml.safe_load((root / "runner.yml").read_text()) or {}
-    settings["landing_roots"] = [f"s3://{bucket}/dms"]
-    settings["landing_options"] = {"s3": {"endpoint_url": endpoint}}
+    settings["landing_roots"] = [landing]
+    if options:
+        settings["landing_options"] = options
     (root / "runner.yml").write_text(yaml.safe_dump(settings))
     models = root / "dbt_project" / "models"
     sources = models / "staging" / "cdc_sources.yml"
@@ -112,7 +115,7 @@ def test_files_as_dms_writes_them_to_s3_are_applied_once_as_from_local_disk(
     bucket = f"landing-{uuid.uuid4().hex[:12]}"
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.create_bucket(Bucket=bucket)
-    s3_landing(cli.root, bucket, s3_endpoint)
+    remote_landing(cli.root, f"s3://{bucket}/dms", {"s3": {"endpoint_url": s3_endpoint}})
     project = Project.load(cli.root, target=target)
     local = tmp_path / "files"
     rounds = (ROUND_1, ROUND_2, ROUND_3)
@@ -256,3 +259,27 @@ def test_the_spool_is_used_where_spark_cannot_read_the_scheme(
         spool.local_copy(remote, registered)
     spool.close()
     assert not (tmp_path / "spool" / "run-1").exists()
+
+
+@pytest.mark.postgres
+def test_an_abfss_root_on_azurite_is_staged_as_a_local_one(
+    spark: Any, cli_project: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    with azurite(tmp_path / "azurite") as connection:
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", connection)
+        cli = cli_project("postgres", without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+        landing = "abfss://landing@devstoreaccount1.dfs.core.windows.net/dms"
+        remote_landing(cli.root, landing)
+        service = BlobServiceClient.from_connection_string(connection)
+        service.create_container("landing")
+        files = {n: write(tmp_path / "files" / n, rows) for n, rows in ROUND_1.items()}
+        for name, path in files.items():
+            blob = service.get_blob_client("landing", key_for(name))
+            blob.upload_blob(path.read_bytes())
+        out = json.loads(cli.runner("ingest", "--json").stdout.strip().splitlines()[-1])
+        assert (out["staged"], out["rows"]) == (len(files), sum(map(len, ROUND_1.values())))
+        paths = {p for (p,) in audit_rows(cli, "select path from files")}
+        prefix = landing.removesuffix("/dms")
+        assert paths == {f"{prefix}/{key_for(n)}" for n in files}

@@ -231,3 +231,59 @@ def s3_server(folder: Path, *, check_credentials: bool = False) -> Iterator[str]
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+AZURITE_INSTALL = "Azurite is missing: `make setup` (it installs it with npm into .venv/azurite)"
+# Azurite's well-known development account (public, in Azure's documentation): not a secret.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+@contextlib.contextmanager
+def azurite(folder: Path) -> Iterator[str]:
+    """Azurite's blob service (Azure's storage emulator, from npm) on a free port of 127.0.0.1,
+    in memory, its log in ``folder``; yields the connection string of its development account
+    once it answers."""
+    import sys
+    import urllib.error
+    import urllib.request
+
+    exe = Path(sys.executable).parent.parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    if not exe.exists():
+        raise RuntimeError(AZURITE_INSTALL)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log = (folder / "azurite.log").open("w")
+    proc = subprocess.Popen(
+        [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+         "--skipApiVersionCheck"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=folder,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}?comp=list", timeout=2)
+                break
+            except urllib.error.HTTPError:  # it answers (unsigned: refused)
+                break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (folder / "azurite.log").read_text()[-2000:]
+                raise RuntimeError(f"Azurite did not start: {tail}")
+            time.sleep(0.2)
+        yield (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+        )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
