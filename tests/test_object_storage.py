@@ -283,3 +283,27 @@ def test_an_abfss_root_on_azurite_is_staged_as_a_local_one(
         paths = {p for (p,) in audit_rows(cli, "select path from files")}
         prefix = landing.removesuffix("/dms")
         assert paths == {f"{prefix}/{key_for(n)}" for n in files}
+
+
+def test_a_watch_whose_bucket_does_not_answer_says_so_and_polls_again(
+    tmp_path: Path, aws: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    from runner.invocation import Invocation
+    from runner.watch import Stop, watch
+
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    root = make_project(tmp_path / "repo", without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    remote_landing(root, "s3://there/dms", {"s3": {"endpoint_url": dead}})
+    inv = Invocation.of(Project.load(root, target="local"))
+    stop = Stop()
+    threading.Timer(2.0, stop.event.set).start()
+    with caplog.at_level("WARNING", logger="runner"):
+        batches = watch(inv, interval=0.2, stop=stop, report=lambda _batch: None)
+    inv.close()
+    assert batches == []  # nothing to do, and still watching until stopped
+    said = [r.getMessage() for r in caplog.records if "polling again" in r.getMessage()]
+    assert len(said) >= 2, said
+    assert said[0].startswith("landing root s3://there/dms cannot be listed"), said[0]
