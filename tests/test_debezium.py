@@ -12,7 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from helpers.project import ingest_here
+from helpers.project import drop_database, ingest_here
 
 from runner.contract import lineage_columns
 from runner.project import Project
@@ -319,3 +319,63 @@ def test_debezium_envelopes_are_staged_and_bad_ones_quarantined_with_line_and_fi
         db.dispose()
     finally:
         declared.unlink()
+
+
+TEXT_SOURCES = """
+version: 2
+sources:
+  - name: cdc_debezium_text
+    schema: "{{ target.schema }}"
+    tables:
+      - name: dbz_text
+        identifier: dbz_text__staged
+        meta:
+          cdc:
+            landing: "dbz_text/*"
+            format: debezium
+            keys: [order_id]
+            sequence: lsn
+            debezium:
+              fields: {op: op, lsn: source.lsn}
+              encodings:
+                amount: {name: org.apache.kafka.connect.data.Decimal, scale: 2}
+                weight: io.debezium.data.VariableScaleDecimal
+                price: {name: org.apache.kafka.connect.data.Decimal, scale: 2}
+        columns:
+          - {name: op, data_type: string}
+          - {name: lsn, data_type: bigint}
+          - {name: order_id, data_type: bigint}
+          - {name: amount, data_type: string}
+          - {name: weight, data_type: string}
+          - {name: price, data_type: "decimal(10,2)"}
+"""
+
+
+def test_a_decimal_declared_as_string_keeps_the_value_the_connector_sent(
+    spark, spark_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/sources.md: a Decimal (base64 of the unscaled value) or VariableScaleDecimal
+    ({scale, value}, as JSON text) declared `string` is staged as the connector sent it;
+    declared `decimal(p,s)`, decoded. 0x01E2 is 482: 4.82 at scale 2."""
+    monkeypatch.setenv("CDC_SCHEMA", "debezium_text_test")
+    declared = spark_project / "dbt_project" / "models" / "staging" / "test_debezium_text.yml"
+    declared.write_text(TEXT_SOURCES)
+    try:
+        project = Project.load(spark_project, target="local")
+        folder = tmp_path / "landing" / "dbz_text"
+        folder.mkdir(parents=True)
+        variable = {"scale": 3, "value": "AeI="}
+        image = {"order_id": 1, "amount": "AeI=", "weight": variable, "price": "AeI="}
+        event = {"before": None, "after": image, "source": {"lsn": 10}, "op": "c", "ts_ms": 1}
+        (folder / "one.json").write_text(lines(event))
+        db = ingest_here(project, spark, tmp_path / "audit.db", folder.parent, "dbz_text")
+        rows = spark.sql(
+            "select amount, weight, price from debezium_text_test.dbz_text__staged"
+        ).collect()
+        assert [(r[0], json.loads(r[1]), r[2]) for r in rows] == [
+            ("AeI=", variable, Decimal("4.82"))
+        ]
+        db.dispose()
+    finally:
+        declared.unlink()
+        drop_database(spark, "debezium_text_test")

@@ -9,7 +9,9 @@ line's schema (``schema.fields[].name``/``parameters.scale``, when the converter
 schemas) or else from the entity's ``meta.cdc.debezium.encodings``.
 
 A decoded value is exact text (``-123.45``, ``2026-03-01 08:05:00.123456789``,
-``08:05:00.5``), so the usual cast and its exactness check follow: a value the declared type
+``08:05:00.5``), so the usual cast and its exactness check follow (a decimal declared as
+``string`` is not decoded: it keeps the text the connector sent, base64 or ``{scale,
+value}``): a value the declared type
 cannot hold unchanged (more fraction digits than the scale, nanoseconds in a timestamp) is
 reported with its line and field, never rounded. A value that is not a valid encoding is
 reported the same way (``problems``). Every function here builds Spark SQL expressions; no
@@ -167,8 +169,11 @@ def decode_columns(
             ),
         )
         valid = (F.length(h) > 0) & (s >= 0) & x.isNotNull()
-        text = F.when(n.isin(DECIMAL, VARIABLE_DECIMAL), F.when(valid, number))
-        if entity.column(c).data_type not in INTEGER_TYPES:  # an integer keeps the count
+        declared_type = entity.column(c).data_type.strip().lower()
+        # a decimal declared as text keeps what the connector sent (base64, {scale, value})
+        as_sent = declared_type == "string" or declared_type.startswith(("varchar", "char"))
+        text = F.when(n.isin(DECIMAL, VARIABLE_DECIMAL), v if as_sent else F.when(valid, number))
+        if declared_type not in INTEGER_TYPES:  # an integer keeps the count
             time_unit, stamp_unit = F.col(col(i, "tu")), F.col(col(i, "su"))
             text = text.when(n.isin(*DATES), _date_text(u))
             text = text.when(time_unit.isNotNull(), _time_text(u, time_unit))
