@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 INSTALL = "PostgreSQL's server binaries are missing: `apt-get install -y postgresql`"
 
@@ -119,8 +120,6 @@ def prometheus(folder: Path, scrape_port: int, rules: Path) -> Iterator[str]:
     """A Prometheus server (Debian's package) on a free port of 127.0.0.1, scraping
     127.0.0.1:``scrape_port`` and evaluating ``rules`` every second, its data in ``folder``;
     yields its base URL once it is ready."""
-    import urllib.request
-
     exe = shutil.which("prometheus")
     if not exe:
         raise RuntimeError(PROMETHEUS_INSTALL)
@@ -133,36 +132,11 @@ def prometheus(folder: Path, scrape_port: int, rules: Path) -> Iterator[str]:
         "scrape_configs:\n"
         f"  - {{job_name: cdc, static_configs: [{{targets: ['127.0.0.1:{scrape_port}']}}]}}\n"
     )
-    log = (folder / "prometheus.log").open("w")
-    proc = subprocess.Popen(
-        [exe, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    cmd = [exe, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+           f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Prometheus did not start: {(folder / 'prometheus.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.2)
+    with _serving("Prometheus", cmd, folder / "prometheus.log", f"{url}/-/ready"):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def prometheus_query(url: str, expr: str) -> list[dict]:
@@ -197,40 +171,17 @@ def s3_server(folder: Path, *, check_credentials: bool = False) -> Iterator[str]
     its log in ``folder``; yields its endpoint URL once it answers. With
     ``check_credentials`` it refuses every access key it did not issue (moto's IAM checks)."""
     import sys
-    import urllib.request
 
     exe = Path(sys.executable).parent / "moto_server"
     if not exe.exists():
         raise RuntimeError(S3_INSTALL)
     folder.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    log = (folder / "moto.log").open("w")
     env = dict(os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"} if check_credentials else {}))
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
-        env=env,
-    )  # fmt: skip
+    cmd = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (folder / "moto.log").read_text()[-2000:]
-                raise RuntimeError(f"moto did not start: {tail}")
-            time.sleep(0.2)
+    with _serving("moto", cmd, folder / "moto.log", f"{url}/moto-api/", env=env):
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 AZURITE_INSTALL = "Azurite is missing: `make setup` (it installs it with npm into .venv/azurite)"
@@ -247,43 +198,59 @@ def azurite(folder: Path) -> Iterator[str]:
     in memory, its log in ``folder``; yields the connection string of its development account
     once it answers."""
     import sys
-    import urllib.error
-    import urllib.request
 
     exe = Path(sys.executable).parent.parent / "azurite" / "node_modules" / ".bin" / "azurite-blob"
     if not exe.exists():
         raise RuntimeError(AZURITE_INSTALL)
     folder.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    log = (folder / "azurite.log").open("w")
-    proc = subprocess.Popen(
-        [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-         "--skipApiVersionCheck"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=folder,
-    )  # fmt: skip
+    cmd = [str(exe), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+           "--inMemoryPersistence", "--skipApiVersionCheck"]  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}?comp=list", timeout=2)
-                break
-            except urllib.error.HTTPError:  # it answers (unsigned: refused)
-                break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (folder / "azurite.log").read_text()[-2000:]
-                raise RuntimeError(f"Azurite did not start: {tail}")
-            time.sleep(0.2)
+    # an unsigned request is refused: any answer means it is up
+    with _serving("Azurite", cmd, folder / "azurite.log", f"{endpoint}?comp=list",
+                  any_status=True, cwd=folder):  # fmt: skip
         yield (
             f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
             f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
         )
+
+
+def _answers(url: str, *, any_status: bool = False) -> bool:
+    """Whether ``url`` answers 200 (or, with ``any_status``, answers at all)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200 or any_status)
+    except urllib.error.HTTPError:
+        return any_status
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _serving(
+    what: str, cmd: list[str], log_path: Path, ready_url: str, *, any_status: bool = False,
+    **popen: Any,
+) -> Iterator[None]:
+    """``cmd`` running, its output in ``log_path``, once ``ready_url`` answers (60 s at most,
+    else its log's tail); stopped after."""
+    log = log_path.open("w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(ready_url, any_status=any_status):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield
     finally:
         proc.terminate()
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
         log.close()
