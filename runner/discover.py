@@ -90,10 +90,29 @@ def discover(
     now: float | None = None,
 ) -> tuple[list[LandedFile], list[str]]:
     """The entity's Files under ``roots`` (sorted by path), and notes on what was skipped."""
+    return discover_each([entity], roots, min_age_seconds=min_age_seconds, now=now)[entity.name]
+
+
+def discover_each(
+    entities: list[Entity],
+    roots: list[FilePath],
+    *,
+    min_age_seconds: float = 0.0,
+    now: float | None = None,
+) -> dict[str, tuple[list[LandedFile], list[str]]]:
+    """``discover`` for each entity, the roots checked (and remote listings read afresh)
+    once for all of them."""
+    resolved = resolve_roots(roots)
     now = time.time() if now is None else now
+    return {e.name: _discover(e, resolved, min_age_seconds, now) for e in entities}
+
+
+def _discover(
+    entity: Entity, roots: list[FilePath], min_age_seconds: float, now: float
+) -> tuple[list[LandedFile], list[str]]:
     found: dict[FilePath, LandedFile] = {}
     notes: list[str] = []
-    for root in resolve_roots(roots):
+    for root in roots:
         if isinstance(root, RemoteFile):
             for landed in _discover_remote(entity, root, min_age_seconds, now, notes):
                 found[landed.path] = landed

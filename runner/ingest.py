@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from audit import AuditDB, FileRecord, IllegalTransition
 from runner.destinations import Destination, FileToStage
-from runner.discover import LandedFile, discover, settle
+from runner.discover import LandedFile, discover_each, settle
 from runner.entities import Column as EntityColumn
 from runner.entities import Entity
 from runner.errors import CdcError, ConfigError, TerminalError, TransientError, classify
@@ -96,8 +96,9 @@ def ingest(
             result.notes.append(f"{rec.path}: {rec.last_error}; back to {rec.state}")
     found: dict[str, list[LandedFile]] = {}
     with phases.time("discover"):
+        listed = discover_each(chosen, roots, min_age_seconds=min_age_seconds)
         for entity in chosen:
-            files, notes = discover(entity, roots, min_age_seconds=min_age_seconds)
+            files, notes = listed[entity.name]
             result.notes.extend(notes)
             found[entity.name] = files
     if settle_seconds > 0:  # one pause for all entities, then a second listing

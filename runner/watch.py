@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.dbt_invoke import parsed_dbt
-from runner.discover import discover
+from runner.discover import discover_each
 from runner.errors import CdcError, TransientError
 from runner.ingest import landing_roots
 from runner.invocation import Invocation, recorded_run
@@ -163,8 +163,9 @@ class _Poll:
 
     def new_files(self) -> int:
         db, new = self.inv.db, 0
+        listed = discover_each(self.entities, self.roots, min_age_seconds=self.min_age_seconds)
         for entity in self.entities:
-            files, _ = discover(entity, self.roots, min_age_seconds=self.min_age_seconds)
+            files, _ = listed[entity.name]
             seen = db.sightings(entity.name, (str(f.path) for f in files))
             new += sum((str(f.path), f.size, f.mtime) not in seen for f in files)
         return new
