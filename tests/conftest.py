@@ -234,7 +234,7 @@ def audit_db(audit_url: tuple[str, str | None]) -> Iterator[AuditDB]:
 @pytest.fixture(scope="session")
 def spark_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project the session's SparkSession belongs to (its warehouse and catalog)."""
-    root = make_project(tmp_path_factory.mktemp("spark_project"), short_jvm=False)
+    root = make_project(tmp_path_factory.mktemp("spark_project"))
     from runner.destinations.spark.session import link_iceberg_jar
 
     link_iceberg_jar(root)

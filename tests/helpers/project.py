@@ -66,13 +66,12 @@ def new_schema(prefix: str = "cdc_test") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-# The JVMs of the `runner` and `dbt` processes a test starts compile with C1 alone: a process
-# that lives a minute on tiny test data spends more CPU in the C2 compiler than in running
-# queries, and two test workers share two cores. The session's own SparkSession (conftest's
-# `spark`), which lives the whole run, keeps C2. Semantics are the same; users' JVMs keep the
-# JVM's defaults (the copies below are the tests' own). C1 alone shrinks the JVM's default code
-# cache to 48 MB, which a long-lived watch process fills (then the JVM stops compiling): the
-# tiered default's 240 MB is kept.
+# Every JVM of the suite (each worker's SparkSession, conftest's `spark`, and the `runner` and
+# `dbt` processes a test starts) compiles with C1 alone: on tiny test data the C2 compiler costs
+# more CPU than it saves, and two test workers share two cores. Semantics are
+# the same; users' JVMs keep the JVM's defaults (the copies below are the tests' own). C1 alone
+# shrinks the JVM's default code cache to 48 MB, which a long-lived JVM fills (then it stops
+# compiling): the tiered default's 240 MB is kept.
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 PROFILE_JVM_ANCHOR = '        spark.ui.enabled: "false"\n'
 
@@ -91,19 +90,13 @@ def _with_test_jvm(source: Path, dest: Path, anchor: str | None) -> None:
     dest.write_text(text)
 
 
-def make_project(
-    root: Path, without: tuple[str, ...] = (), shop: bool = False, short_jvm: bool = True
-) -> Path:
+def make_project(root: Path, without: tuple[str, ...] = (), shop: bool = False) -> Path:
     """A throwaway copy of the repository's configuration: runner.yml, profiles, dbt_project;
     `without`: sample models left out of the copy (their SQL file and their YAML entry);
-    `shop`: keep the sample's transaction group (SHOP); `short_jvm`: TEST_JAVA_OPTIONS."""
+    `shop`: keep the sample's transaction group (SHOP). Its JVMs run with TEST_JAVA_OPTIONS."""
     root.mkdir(parents=True, exist_ok=True)
-    if short_jvm:
-        _with_test_jvm(REPO / "profiles.example.yml", root / "profiles.yml", PROFILE_JVM_ANCHOR)
-        _with_test_jvm(REPO / "runner.yml", root / "runner.yml", None)
-    else:
-        shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
-        shutil.copy(REPO / "runner.yml", root / "runner.yml")
+    _with_test_jvm(REPO / "profiles.example.yml", root / "profiles.yml", PROFILE_JVM_ANCHOR)
+    _with_test_jvm(REPO / "runner.yml", root / "runner.yml", None)
     shutil.copytree(
         REPO / "dbt_project",
         root / "dbt_project",
