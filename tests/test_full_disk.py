@@ -1,11 +1,11 @@
 """A full disk under the warehouse (issue "Faults beyond a killed runner"): the local target's
 warehouse folder is a small tmpfs mounted by the test (root is needed for the mount; without it
-the test says so and is skipped). A File too big for the space left fails its run with one line
-that says the disk is full and where; nothing of it is visible in the target. Once there is room
-(the tmpfs remounted larger) it stages; then the disk fills up between staging and the apply:
-the run says so, the target is as it was. The run after space is freed applies both Files once:
-the table equals the plain-Python oracle's with one marker per File, and no attempt counted
-against a File (a full disk is not its fault).
+the test says so and is skipped); the commands run in this process. A File too big for the
+space left fails its run with one line that says the disk is full and where; nothing of it is
+visible in the target. Once there is room (the tmpfs remounted larger) it stages; then the disk
+fills up between staging and the apply: the run says so, the target is as it was. The run after
+space is freed applies both Files once: the table equals the plain-Python oracle's with one
+marker per File, and no attempt counted against a File (a full disk is not its fault).
 """
 
 from __future__ import annotations
@@ -50,12 +50,13 @@ def small_disk(tmp_path: Path):  # noqa: ANN201
 
 
 def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed_finishes(
+    spark,  # noqa: ANN001
     cli_project,  # noqa: ANN001
     small_disk,  # noqa: ANN001
 ) -> None:
-    # Real processes: each run's JVM opens the catalog with this project's warehouse (in this
-    # process the session's catalog keeps the warehouse of whichever test first used it).
-    cli = cli_project("local", without=CHANGES_HISTORY, processes=True)
+    # In this process, on the worker's SparkSession: the runner creates the schema with its
+    # location in this project's warehouse folder, whichever project the session was built for.
+    cli = cli_project("local", without=CHANGES_HISTORY)
     declare(cli.root)
     warehouse = cli.root / ".cdc" / "local" / "warehouse"
     small_disk(warehouse, "3m")
@@ -106,8 +107,11 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, failed.stderr[-3000:]
-    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`
-    assert f"customers: error (no space left on device under {warehouse}" in errors[0], errors
+    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`:
+    # dbt's error names no file, so the line names the running SparkSession's warehouse (in a
+    # `runner run` process, the project's own: the folder above).
+    session = spark.sparkContext.getConf().get("spark.sql.catalog.spark_catalog.warehouse")
+    assert f"customers: error (no space left on device under {session}:" in errors[0], errors
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
     (warehouse / "filler").unlink()  # space freed
     assert read(CUSTOMERS) == expected()
