@@ -321,8 +321,9 @@ def test_two_checkouts_on_one_server_keep_their_tables_apart(spark, tmp_path: Pa
     try:
         for n, name in enumerate(("one", "two clone")):
             root = make_project(tmp_path / name, CHANGES_HISTORY)
-            (root / "profiles.yml").unlink()  # written by `runner init`, as on a new clone
-            shutil.copy(REPO / "profiles.example.yml", root / "profiles.example.yml")
+            # profiles.yml written by `runner init`, as on a new clone, from the example (the
+            # repository's, with the tests' JVM options that make_project added)
+            (root / "profiles.yml").rename(root / "profiles.example.yml")
             link_package(root)
             cli = Cli(root, "local", schema, spark=lambda: spark)
             cli.env.pop("CDC_CATALOG_SCHEMA")
