@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
-from helpers.project import CATALOG_SCHEMAS, CHANGES_HISTORY
+from helpers.project import CATALOG_SCHEMAS, CHANGES_HISTORY, TEST_JAVA_OPTIONS
 
 from runner.samples.generate import generate_customers
 
@@ -56,6 +56,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     logs = tmp_path_factory.mktemp("cluster")
     port, ui, worker_ui = free_port(), free_port(), free_port()
     env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1")
+    env["SPARK_DAEMON_JAVA_OPTS"] = TEST_JAVA_OPTIONS  # the master's and worker's JVMs
     env.pop("SPARK_MASTER_HOST", None)
     procs = []
 

@@ -78,12 +78,14 @@ PROFILE_JVM_ANCHOR = '        spark.ui.enabled: "false"\n'
 
 def _with_test_jvm(source: Path, dest: Path, anchor: str | None) -> None:
     """Copy profiles.yml (its Spark settings, after ``anchor``) or runner.yml (staging's Spark
-    settings, appended) with TEST_JAVA_OPTIONS for the driver JVM."""
+    settings, appended) with TEST_JAVA_OPTIONS for the driver JVM (and, in profiles, for a
+    cluster's executors; local mode has none)."""
     text = source.read_text()
     line = f'spark.driver.extraJavaOptions: "{TEST_JAVA_OPTIONS}"\n'
     if anchor is not None:
         assert anchor in text, f"{source.name} changed: {anchor!r} is gone"
-        text = text.replace(anchor, anchor + "        " + line, 1)
+        executors = f'spark.executor.extraJavaOptions: "{TEST_JAVA_OPTIONS}"\n'
+        text = text.replace(anchor, anchor + "        " + line + "        " + executors, 1)
     else:
         assert "staging_spark_conf" not in text, f"{source.name} sets staging_spark_conf now"
         text += "staging_spark_conf:\n  " + line
