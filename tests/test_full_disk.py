@@ -1,11 +1,12 @@
 """A full disk under the warehouse (issue "Faults beyond a killed runner"): the local target's
-warehouse folder is a small tmpfs mounted by the test (root is needed for the mount; without it
-the test says so and is skipped); the commands run in this process. A File too big for the
-space left fails its run with one line that says the disk is full and where; nothing of it is
-visible in the target. Once there is room (the tmpfs remounted larger) it stages; then the disk
-fills up between staging and the apply: the run says so, the target is as it was. The run after
-space is freed applies both Files once: the table equals the plain-Python oracle's with one
-marker per File, and no attempt counted against a File (a full disk is not its fault).
+warehouse folder of the test's schema is a small tmpfs mounted by the test (root is needed for
+the mount; without it the test says so and is skipped); the commands run in this process. A
+File too big for the space left fails its run with one line that says the disk is full and
+where; nothing of it is visible in the target. Once there is room (the tmpfs remounted larger)
+it stages; then the disk fills up between staging and the apply: the run says so, the target is
+as it was. The run after space is freed applies both Files once: the table equals the
+plain-Python oracle's with one marker per File, and no attempt counted against a File (a full
+disk is not its fault).
 """
 
 from __future__ import annotations
@@ -54,11 +55,14 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     cli_project,  # noqa: ANN001
     small_disk,  # noqa: ANN001
 ) -> None:
-    # In this process, on the worker's SparkSession: the runner creates the schema with its
-    # location in this project's warehouse folder, whichever project the session was built for.
+    # In this process, on the worker's SparkSession: its catalog puts the schema's tables in a
+    # folder of whichever project's warehouse it was first opened with, so the small disk is
+    # mounted at that folder, the schema made first to ask the catalog where it is.
     cli = cli_project("local", without=CHANGES_HISTORY)
     declare(cli.root)
-    warehouse = cli.root / ".cdc" / "local" / "warehouse"
+    spark.sql(f"create namespace if not exists {cli.schema}")
+    described = spark.sql(f"describe namespace {cli.schema}").collect()
+    warehouse = Path(next(r[1] for r in described if r[0] == "Location").removeprefix("file:"))
     small_disk(warehouse, "3m")
     folder = cli.root / "landing" / "customers"
     now = CurrentOracle()
@@ -109,7 +113,7 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     assert len(errors) == 1, failed.stderr[-3000:]
     # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`:
     # dbt's error names no file, so the line names the running SparkSession's warehouse (in a
-    # `runner run` process, the project's own: the folder above).
+    # `runner run` process, the project's own, which holds the folder above).
     session = spark.sparkContext.getConf().get("spark.sql.catalog.spark_catalog.warehouse")
     assert f"customers: error (no space left on device under {session}:" in errors[0], errors
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
