@@ -42,6 +42,13 @@ def _within(seconds: float, target: float) -> str:
     return f"{target:g} s, {'met' if seconds <= target else 'missed'}"
 
 
+def _against_target(
+    what: str, seconds: float, target: float, when: str
+) -> tuple[str, str, str, str, str, str]:
+    """A table row for a time with no baseline beside it, marked against its target."""
+    return (what, _s(seconds), "", "", _within(seconds, target), when)
+
+
 def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     """(benchmark, ours, baseline, ratio, target verdict, measured on) per line of the table."""
     on = results.get("measured_on", {})
@@ -156,48 +163,32 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             )
         )
         out.append(
-            (
+            _against_target(
                 "latency: the same File through `runner run --watch` (warm), landing to marker",
-                _s(w["landing_to_marker_s"]),
-                "",
-                "",
-                _within(w["landing_to_marker_s"], w["target_s"]),
-                when,
+                w["landing_to_marker_s"], w["target_s"], when,
             )
-        )
+        )  # fmt: skip
         if "ten_files_s" in w:
             out.append(
-                (
+                _against_target(
                     "latency: ten such Files landing together through the warm watch, landing"
                     " of the first to the marker of the last",
-                    _s(w["ten_files_s"]),
-                    "",
-                    "",
-                    _within(w["ten_files_s"], w["ten_files_target_s"]),
-                    when,
+                    w["ten_files_s"], w["ten_files_target_s"], when,
                 )
-            )
+            )  # fmt: skip
         out.append(
-            (
+            _against_target(
                 "latency: `runner run` with nothing new (no JVM, no dbt), wall",
-                _s(c["noop_s"]),
-                "",
-                "",
-                _within(c["noop_s"], c["noop_target_s"]),
-                when,
+                c["noop_s"], c["noop_target_s"], when,
             )
-        )
+        )  # fmt: skip
         if "noop_cpu_s" in c:
             out.append(
-                (
+                _against_target(
                     "latency: `runner run` with nothing new, CPU (user + system)",
-                    _s(c["noop_cpu_s"]),
-                    "",
-                    "",
-                    _within(c["noop_cpu_s"], c["noop_cpu_target_s"]),
-                    when,
+                    c["noop_cpu_s"], c["noop_cpu_target_s"], when,
                 )
-            )
+            )  # fmt: skip
         out.append(
             (
                 "latency: one new File, cold `runner run`, 10 declared entities vs 1"

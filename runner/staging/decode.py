@@ -9,13 +9,12 @@ line's schema (``schema.fields[].name``/``parameters.scale``, when the converter
 schemas) or else from the entity's ``meta.cdc.debezium.encodings``.
 
 A decoded value is exact text (``-123.45``, ``2026-03-01 08:05:00.123456789``,
-``08:05:00.5``), so the usual cast and its exactness check follow (a decimal declared as
-``string`` is not decoded: it keeps the text the connector sent, base64 or ``{scale,
-value}``): a value the declared type
+``08:05:00.5``), so the usual cast and its exactness check follow: a value the declared type
 cannot hold unchanged (more fraction digits than the scale, nanoseconds in a timestamp) is
-reported with its line and field, never rounded. A value that is not a valid encoding is
-reported the same way (``problems``). Every function here builds Spark SQL expressions; no
-Python runs per row.
+reported with its line and field, never rounded. A decimal declared as ``string`` is not
+decoded: it keeps the text the connector sent (base64, or ``{scale, value}`` as JSON). A
+value that is not a valid encoding is reported the same way (``problems``). Every function here
+builds Spark SQL expressions; no Python runs per row.
 """
 
 from __future__ import annotations
