@@ -39,6 +39,7 @@ DEFAULT_STAGING_CONF: dict[str, str] = {
     "spark.driver.memory": os.environ.get("CDC_SPARK_MEMORY", "4g"),
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.sql.codegen.cache.maxEntries": "2000",  # as in profiles.example.yml
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.ansi.enabled": "false",
 }
