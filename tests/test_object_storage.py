@@ -6,10 +6,8 @@ and once more under another key (a DUPLICATE), and a File uploaded in parts that
 during the first run and completed before the second: the tables equal the plain-Python oracle
 of the completed Files, each File applied once, the open upload never seen; the endpoint comes
 from runner.yml, the credentials from the AWS environment. `runner run` as typed, in this
-process, on PostgreSQL: its staging Spark (the embedded default's, as on local Spark) reads
-each object from the spool (runner/spool.py), empty afterwards. What differs on local Spark
-is only whether the spool is used (a test below; `make demo-s3` runs the sample from a bucket
-on local Spark): the Spark reads the same local copies.
+process, on local Spark + Iceberg and on PostgreSQL: the staging Spark (the embedded default's)
+reads each object from the spool (runner/spool.py), empty afterwards.
 
 The spool: a File registered by an earlier run is copied when staged, checked against its
 content hash (an object rewritten since is refused); a Spark is asked whether it reads a
@@ -102,14 +100,13 @@ def key_for(name: str) -> str:
     return f"dms/customers/{name[:4]}/{name[4:6]}/{name[6:8]}/{name}"
 
 
-@pytest.mark.postgres
+@pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_files_as_dms_writes_them_to_s3_are_applied_once_as_from_local_disk(
     spark: Any, cli_project: Any, tmp_path: Path, s3_endpoint: str, aws: None,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, target: str,
 ) -> None:  # fmt: skip
     import boto3
 
-    target = "postgres"
     cli = cli_project(target, without=SAMPLE_SNAPSHOTS + CHANGES_HISTORY)
     monkeypatch.setenv("CDC_SCHEMA", cli.schema)  # this test's own reads
     bucket = f"landing-{uuid.uuid4().hex[:12]}"
