@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from decimal import Decimal
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.postgres]
 PAGE = REPO / "docs" / "tutorial.md"
 SHIPPED = REPO / "docs" / "tutorial"
 FILES = SHIPPED / "orders"
+MAKEFILE = REPO / "Makefile"
 
 
 def oracle(names: list[str]) -> dict[int, tuple[str, Decimal]]:
@@ -88,26 +90,37 @@ def other_formats() -> dict[str, tuple[str, str, dict[int, object]]]:
 
 # The page in three parts, each its own test so that the two workers share it: the first
 # entity's walk; every declaration then the last local run; every declaration then the run on
-# PostgreSQL. Each command of the page runs in one of them, as written, in the page's order.
+# PostgreSQL and the run from the bucket. Each command of the page runs in one of them, as
+# written, in the page's order.
 WALK, LOCAL, POSTGRES = "first entity", "all entities", "postgres"
 
 
 def parts(commands: list[list[str]], part: str) -> list[str]:
     """The page's commands (blocks after `make setup`) that ``part`` runs, in order."""
     lines = [line for block in commands for line in block]
-    runs = [i for i, line in enumerate(lines) if line.startswith(("runner run", "dbt show"))]
-    local_run, postgres_run = runs[-2], runs[-1]
-    assert lines[postgres_run].endswith("--target postgres"), lines[postgres_run]
+    postgres_run = next(i for i, line in enumerate(lines) if line.endswith("--target postgres"))
+    assert lines[postgres_run].startswith("runner run --landing landing "), lines[postgres_run]
+    before, bucket = lines[: postgres_run + 1], lines[postgres_run + 1 :]
+    assert bucket[0] == "make s3-up" and bucket[-1] == "make s3-down", bucket
+    runs = [i for i, line in enumerate(before) if line.startswith(("runner run", "dbt show"))]
+    local_run = runs[-2]
     if part == WALK:  # up to and with `runner status`
         status = next(i for i, line in enumerate(lines) if line.startswith("runner status"))
         return lines[: status + 1]
     # files landed and declared (mkdir, cp, new-entity); then the one run
     declared = [
-        line
-        for i, line in enumerate(lines)
-        if not line.startswith(("runner run", "dbt show", "runner status"))
+        line for line in before if not line.startswith(("runner run", "dbt show", "runner status"))
     ]
-    return [*declared, lines[local_run if part == LOCAL else postgres_run]]
+    if part == LOCAL:
+        return [*declared, before[local_run]]
+    return [*declared, before[postgres_run], *bucket]
+
+
+def recipe(target: str) -> list[str]:
+    """The commands of a Makefile target's recipe, with `$(BIN)/` as the PATH's."""
+    rule = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", MAKEFILE.read_text(), re.M)
+    assert rule, target
+    return [ln.strip().lstrip("@").replace("$(BIN)/", "") for ln in rule[1].splitlines()]
 
 
 @pytest.mark.parametrize("part", [WALK, LOCAL, POSTGRES])
@@ -122,11 +135,27 @@ def test_the_tutorial_runs_as_written(cli_project, part: str) -> None:  # noqa: 
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
     commands = [[ln for ln in b.splitlines() if ln.strip()] for b in blocks]
     assert commands[0] == ["make setup"], commands[0]
+    # Step 8's local S3 API: `make s3-up`/`s3-down` run their Makefile recipe (the project has
+    # no Makefile; its tool is copied), an `export` sets the environment of the lines after it,
+    # and the schemas it names are made this test's own, as above.
+    (cli.root / "tools").mkdir()
+    shutil.copy(REPO / "tools" / "s3_local.py", cli.root / "tools")
+    bucket_schema = cli.schema + "_s3"
+    exported: dict[str, str] = {}
     ran: list[str] = []
     try:
         for line in parts(commands[1:], part):
+            if line.startswith("export "):
+                for assignment in shlex.split(line)[1:]:
+                    name, _, val = assignment.partition("=")
+                    own = name in ("CDC_SCHEMA", "CDC_AUDIT_SCHEMA")
+                    exported[name] = val.replace("cdc_s3", bucket_schema, 1) if own else val
+                ran.append(line)
+                continue
             env = on_postgres if line.endswith("--target postgres") else cli.env
-            done = subprocess.run(["bash", "-c", line], cwd=cli.root, env=env,
+            env = dict(env, **exported)
+            script = " && ".join(recipe(line.split()[1])) if line.startswith("make ") else line
+            done = subprocess.run(["bash", "-c", script], cwd=cli.root, env=env,
                                   capture_output=True, text=True, timeout=900)  # fmt: skip
             assert done.returncode == 0, f"{line}: exit {done.returncode}\n{done.stderr}"
             ran.append(line)
@@ -154,21 +183,32 @@ def test_the_tutorial_runs_as_written(cli_project, part: str) -> None:  # noqa: 
             again = subprocess.run(["bash", "-c", "runner run --landing landing"], cwd=cli.root,
                                    env=cli.env, capture_output=True, text=True)  # fmt: skip
             assert again.returncode == 0 and "nothing new" in again.stdout, again.stdout
-        else:
-            assert ran[-1].endswith("--target postgres"), ran
+        else:  # from local disk, then from the bucket into schemas of its own
+            assert ran[-1] == "make s3-down", ran
             conn = pg_connect()
             try:
                 with conn.cursor() as cur:
-                    cur.execute(f'select order_id, status, amount from "{cli.schema}".orders')
-                    assert {int(i): (s, a) for i, s, a in cur.fetchall()} == everything
-                    for name, (key, column, want) in formats.items():
-                        cur.execute(f'select "{key}", "{column}" from "{cli.schema}"."{name}"')
-                        got_values = {int(k): value(v) for k, v in cur.fetchall()}
-                        assert got_values == want, (name, got_values, want)
+                    for schema in (cli.schema, bucket_schema):
+                        cur.execute(f'select order_id, status, amount from "{schema}".orders')
+                        assert {int(i): (s, a) for i, s, a in cur.fetchall()} == everything
+                        for name, (key, column, want) in formats.items():
+                            cur.execute(f'select "{key}", "{column}" from "{schema}"."{name}"')
+                            got_values = {int(k): value(v) for k, v in cur.fetchall()}
+                            assert got_values == want, (schema, name, got_values, want)
+                    # each File of the bucket staged and committed once, under its s3:// URI
+                    cur.execute(f'select path, state from "{bucket_schema}_audit".files')
+                    files = cur.fetchall()
+                    landed = [p for p in (cli.root / "landing").rglob("*") if p.is_file()]
+                    assert len(files) == len(landed), files
+                    assert all(u.startswith("s3://landing/") and s == "COMMITTED"
+                               for u, s in files), files  # fmt: skip
             finally:
                 conn.close()
     finally:
-        drop_pg_schemas(cli.schema, cli.schema + "_audit")
+        if part == POSTGRES:  # the S3 API stopped even when a line failed
+            subprocess.run(["bash", "-c", " && ".join(recipe("s3-down"))], cwd=cli.root,
+                           env=cli.env, capture_output=True)  # fmt: skip
+        drop_pg_schemas(cli.schema, cli.schema + "_audit", bucket_schema, bucket_schema + "_audit")
 
 
 def test_the_three_parts_run_every_command_of_the_page() -> None:
