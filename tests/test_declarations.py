@@ -415,3 +415,31 @@ def test_invalid_utf8_is_reported_with_its_field_wherever_it_is(
         assert problem is not None and problem.startswith(
             f"{path.name}: line {line}, column {column} (field '{field}'): not valid UTF-8"
         ), problem
+
+
+def test_a_newline_inside_quotes_is_found_across_chunks_as_a_reader_of_each_byte_finds_it() -> None:
+    """Whether a CSV record spans lines (then its Files are read unsplit), decided chunk by chunk
+    from quote positions, equals a byte-by-byte reader's answer, wherever the chunks are cut."""
+    import random
+
+    from runner.staging.validate import _newline_in_quotes
+
+    def oracle(text: bytes) -> bool:
+        inside = False
+        for byte in text:
+            if byte == ord('"'):
+                inside = not inside
+            elif byte == ord("\n") and inside:
+                return True
+        return False
+
+    rnd = random.Random(7)
+    for _ in range(3000):
+        text = bytes(rnd.choice(b'ab,"\n') for _ in range(rnd.randint(0, 40)))
+        cuts = sorted(rnd.sample(range(len(text) + 1), min(3, len(text) + 1)))
+        spans, parity = False, 0
+        for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True):
+            found, parity = _newline_in_quotes(text[start:end], parity)
+            spans = spans or found
+        assert spans == oracle(text), (text, cuts)
+        assert parity == text.count(b'"') % 2, text

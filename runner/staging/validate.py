@@ -86,13 +86,19 @@ def scan_text_file(path: FilePath, entity: Entity) -> TextScan:
 
 def _newline_in_quotes(chunk: bytes, parity: int) -> tuple[bool, int]:
     """(whether a newline of ``chunk`` is inside quotes, quote parity after it), given the
-    parity before it. Vectorised: about a millisecond per MiB."""
+    parity before it. A newline is inside quotes when the quotes before it (in the chunk, plus
+    the parity) are odd: found by where each newline falls among the quotes' positions, not
+    by a running count over every byte (about a millisecond per MiB)."""
     import numpy as np
 
     data = np.frombuffer(chunk, dtype=np.uint8)
-    inside = (np.cumsum(data == 0x22, dtype=np.int64) + parity) & 1
-    newline = data == 0x0A
-    return bool(inside[newline].any()), int(inside[-1]) if len(inside) else parity
+    quotes = np.flatnonzero(data == 0x22)
+    after = (parity + len(quotes)) & 1
+    if not len(quotes) and not parity:
+        return False, after
+    newlines = np.flatnonzero(data == 0x0A)
+    inside = (np.searchsorted(quotes, newlines) + parity) & 1
+    return bool(inside.any()), after
 
 
 def _bad_utf8(path: FilePath, entity: Entity, position: int, reason: str) -> str:
