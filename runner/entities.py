@@ -143,6 +143,9 @@ class Entity:
     # no sequence column, changes are ordered by their File (DMS's file names) then the line.
     sequence_ties: bool = False
     file_order: str | None = None
+    # format debezium, ``sequence: [a, b, c]``: every column that orders changes, compared in
+    # that order (``sequence`` is the first); a single sequence column alone otherwise.
+    sequence_parts: tuple[str, ...] = ()
     # format debezium: column -> the logical type its values are encoded as when a line
     # carries no schema (a Kafka Connect name, and the scale of a Decimal).
     debezium_encodings: dict[str, tuple[str, int | None]] = field(
@@ -169,6 +172,11 @@ class Entity:
 
     def column(self, name: str) -> Column:
         return next(c for c in self.columns if c.name == name)
+
+    @property
+    def sequence_columns(self) -> tuple[str, ...]:
+        """The declared columns that order changes, compared in this order."""
+        return self.sequence_parts or ((self.sequence,) if self.sequence else ())
 
     @property
     def is_snapshot(self) -> bool:
@@ -200,7 +208,7 @@ class Entity:
     def required_columns(self) -> frozenset[str]:
         """The declared columns every File must hold, whatever the policy: the keys, the
         sequence and operation columns and a snapshot's effective-date column."""
-        out = set(self.keys) | {self.sequence, self.operation_column}
+        out = set(self.keys) | {*self.sequence_columns, self.operation_column}
         if self.effective_date is not None and self.effective_date.column:
             out.add(self.effective_date.column)
         return frozenset(c for c in out if c)
@@ -478,9 +486,10 @@ def _parse(
                     f"sequence {sequence!r}: ties: line needs an integer, decimal, "
                     f"date, timestamp or string column, not {kind}"
                 )
-        extra.update(_parse_partial(cdc, names, [*keys, sequence, op_column], errors))
+        parts = list(ordering.get("sequence_parts") or [sequence])
+        extra.update(_parse_partial(cdc, names, [*keys, *parts, op_column], errors))
         if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
-            _check_debezium_order(extra["debezium_fields"], columns, sequence, op_column, errors)
+            _check_debezium_order(extra["debezium_fields"], columns, parts, op_column, errors)
     csv_opts = cdc.get("csv") or {}
     if not isinstance(csv_opts, dict):
         errors.append("meta.cdc.csv must be a mapping (header, delimiter)")
@@ -628,6 +637,8 @@ def _parse_sequence(
     column: Any
     ties: Any
     order: Any
+    if isinstance(raw, list):
+        return _parse_sequence_list(raw, names, errors, fmt)
     if isinstance(raw, str) and raw:
         column, ties, order = raw, None, None
     elif isinstance(raw, dict) and raw:
@@ -656,6 +667,29 @@ def _parse_sequence(
     if order is not None:
         extra["file_order"] = str(order)
     return str(column or ""), extra
+
+
+def _parse_sequence_list(
+    raw: list[Any], names: list[str], errors: list[str], fmt: str
+) -> tuple[str, dict[str, Any]]:
+    """meta.cdc.sequence as a list: columns compared in order, the first difference deciding
+    (Debezium's MySQL connector: binlog file, position, row)."""
+    if fmt != "debezium":
+        errors.append(
+            "meta.cdc.sequence as a list of columns is for format debezium (a source position "
+            f"in several fields); format {fmt}: one column"
+        )
+        return "", {}
+    parts = [p for p in raw if isinstance(p, str) and p]
+    if not parts or len(parts) != len(raw):
+        errors.append("meta.cdc.sequence: a list of declared column names, e.g. [file, pos, row]")
+        return "", {}
+    if len(set(parts)) != len(parts):
+        errors.append(f"meta.cdc.sequence {parts}: a column twice")
+    for part in parts:
+        if part not in names:
+            errors.append(f"sequence column {part!r} is not among the declared columns")
+    return parts[0], {"sequence_parts": tuple(parts)}
 
 
 def _parse_debezium(
@@ -736,23 +770,30 @@ def _parse_encodings(
 def _check_debezium_order(
     fields: dict[str, str],
     columns: list[Column],
-    sequence: str,
+    sequence: list[str],
     op_column: str,
     errors: list[str],
 ) -> None:
-    """The operation column is the envelope's op; the sequence is a declared integer or
-    string column (staging orders by it, then ts_ms, then the line)."""
+    """The operation column is the envelope's op; each sequence column is a declared integer
+    or string (staging orders by them in turn, then ts_ms, then the line)."""
     if fields.get(op_column) != "op":
         errors.append(
             f"format debezium: the operation column {op_column!r} must be the envelope's op "
             f"(debezium.fields: {{{op_column}: op}})"
         )
     types = {c.name: c.data_type for c in columns}
-    if sequence in types and types[sequence] not in (*INTEGER_TYPES, "string"):
-        errors.append(
-            f"format debezium: sequence column {sequence!r} must be an integer or a string "
-            f"(source.lsn, a binlog position), not {types[sequence]}"
-        )
+    for part in sequence:
+        if part in types and types[part] not in (*INTEGER_TYPES, "string"):
+            errors.append(
+                f"format debezium: sequence column {part!r} must be an integer or a string "
+                f"(source.lsn, a binlog position), not {types[part]}"
+            )
+
+
+def binlog_file(fields: dict[str, str], column: str) -> bool:
+    """Whether ``column`` holds MySQL's binlog file name (``source.file``: compared by the
+    number after its base name, as MySQL numbers them)."""
+    return fields.get(column) == "source.file"
 
 
 PARTIAL_KEYS = {"null_means", "unchanged_columns", "unchanged_placeholder"}

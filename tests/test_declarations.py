@@ -379,6 +379,42 @@ def test_real_source_settings_are_read_and_their_mistakes_reported(tmp_path: Pat
         assert expected in str(err.value), (expected, str(err.value))
 
 
+def test_a_sequence_of_several_columns_is_read_in_order_and_its_mistakes_reported(
+    tmp_path: Path,
+) -> None:
+    """docs/examples/debezium_mysql: binlog file, position and row, in that order, each one a
+    column that must be present; a list is refused outside Debezium, a column twice or
+    undeclared, a type that cannot be ordered."""
+    root = make_project(tmp_path / "repo")
+    models = root / "dbt_project" / "models"
+    example = REPO / "docs" / "examples" / "debezium_mysql" / "mysql_customers.yml"
+    (models / example.name).write_text(example.read_text())
+    mysql = load_entities(Project.load(root, target="local"))["mysql_customers"]
+    assert mysql.sequence_columns == ("binlog_file", "binlog_pos", "binlog_row")
+    assert mysql.sequence_type == "string" and mysql.required_columns >= {"binlog_row", "id"}
+
+    doc = yaml.safe_load(example.read_text())
+    cdc = doc["sources"][0]["tables"][0]["meta"]["cdc"]
+    doc["sources"][0]["tables"][0]["columns"][3]["data_type"] = "double"  # binlog_row
+    cdc["sequence"] = ["binlog_file", "binlog_pos", "binlog_pos", "gtid", "binlog_row"]
+    (models / example.name).write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    for expected in (
+        "sequence column 'binlog_row' must be an integer or a string",
+        "meta.cdc.sequence ['binlog_file', 'binlog_pos', 'binlog_pos', 'gtid', 'binlog_row']: "
+        "a column twice",
+        "sequence column 'gtid' is not among the declared columns",
+    ):
+        assert expected in str(err.value), (expected, str(err.value))
+    cdc.update(format="json", sequence=["binlog_pos", "binlog_row"])
+    cdc.pop("debezium")
+    (models / example.name).write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    assert "sequence as a list of columns is for format debezium" in str(err.value)
+
+
 def _written(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

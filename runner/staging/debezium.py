@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runner.entities import INTEGER_TYPES, Entity
+from runner.entities import INTEGER_TYPES, Entity, binlog_file
 from runner.staging.decode import SCHEMA, decode_columns, line_schema
 
 if TYPE_CHECKING:
@@ -196,23 +196,38 @@ def column_field(entity: Entity, column: str) -> str:
 
 
 def sequence_base(entity: Entity) -> Column:
-    """The declared sequence then ts_ms, as one sortable string (typed columns in scope)."""
+    """The declared sequence columns then ts_ms, as one sortable string (typed columns in
+    scope): integers as 20 digits, a binlog file name as its base name and its number (20
+    digits), a string as it is. Each is followed by ``.``; in a sequence of several columns a
+    string is followed by U+0001 instead, below any character it holds, so that a shorter
+    string sorts before a longer one it begins (``ab`` before ``ab-``) whatever comes next."""
     from pyspark.sql import functions as F
 
-    seq = F.col(entity.sequence)
-    if entity.column(entity.sequence).data_type in INTEGER_TYPES:
-        seq = F.lpad(seq.cast("string"), 20, "0")
-    return F.concat(seq, F.lit("."), F.lpad(F.col(TS_MS), 15, "0"))
+    several = len(entity.sequence_columns) > 1
+    parts: list[Column] = []
+    for name in entity.sequence_columns:
+        seq, end = F.col(name), "\u0001" if several else "."
+        if entity.column(name).data_type in INTEGER_TYPES:
+            seq, end = F.lpad(seq.cast("string"), 20, "0"), "."
+        elif binlog_file(entity.debezium_fields, name):
+            base = F.regexp_extract(seq, r"^(.*?)[0-9]*$", 1)
+            number = F.regexp_extract(seq, r"^.*?0*([0-9]*)$", 1)  # without leading zeros
+            seq = F.concat(base, F.lpad(number, 20, "0"))
+        parts += [seq, F.lit(end)]
+    return F.concat(*parts, F.lpad(F.col(TS_MS), 15, "0"))
 
 
 def negative_sequence(entity: Entity) -> Column | None:
-    """Why an integer sequence cannot be ordered as text (negative), or None for a string."""
+    """Why an integer sequence column cannot be ordered as text (negative), or None when no
+    sequence column is an integer."""
     from pyspark.sql import functions as F
 
-    if entity.column(entity.sequence).data_type not in INTEGER_TYPES:
-        return None
-    name = column_field(entity, entity.sequence)
-    return F.when(F.col(entity.sequence) < 0, F.lit(f"field {name!r}: negative sequence"))
+    whens = [
+        F.when(F.col(name) < 0, F.lit(f"field {column_field(entity, name)!r}: negative sequence"))
+        for name in entity.sequence_columns
+        if entity.column(name).data_type in INTEGER_TYPES
+    ]
+    return F.coalesce(*whens) if whens else None
 
 
 def read_transactions(

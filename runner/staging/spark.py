@@ -435,7 +435,7 @@ def _error(entity: Entity, writer: StagingWriter) -> Column:
         if col.name in entity.keys and truncate is not None:
             # A truncate is of the whole table: its key columns may be empty.
             checks.append(F.when(raw_col.isNull() & ~truncate, null_key(col.name, "a key")))
-        elif col.name in entity.keys or col.name == entity.sequence:
+        elif col.name in entity.keys or col.name in entity.sequence_columns:
             what = "a key" if entity.is_snapshot else "a key or sequence"
             checks.append(F.when(raw_col.isNull(), null_key(col.name, what)))
         elif eff is not None and col.name == eff.column:
