@@ -36,7 +36,18 @@ DEBEZIUM_KEYS = frozenset({"debezium", "transactions"})  # format debezium
 CSV_KEYS = frozenset({"header", "delimiter"})
 OPERATION_KEYS = frozenset({"column", "preset", "values", "missing_means", "files"})
 SEQUENCE_KEYS = frozenset({"column", "ties", "file_order"})
-DEBEZIUM_CONF_KEYS = frozenset({"fields", "envelope", "encodings"})
+DEBEZIUM_CONF_KEYS = frozenset({"fields", "envelope", "encodings", "preset"})
+# A change's position in the source's log where a Debezium connector writes it as several
+# `source` fields: (field, column, type), compared in this order. ``debezium.preset`` declares
+# them (the columns, their fields and the sequence); `runner new-entity` proposes them.
+DEBEZIUM_POSITIONS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    # MySQL (and MariaDB): binlog file (by its number), position in it, row of the event
+    "mysql": (("file", "binlog_file", "string"), ("pos", "binlog_pos", "bigint"),
+              ("row", "binlog_row", "int")),
+    # SQL Server: the transaction's commit LSN, the change's LSN, its serial number there
+    "sqlserver": (("commit_lsn", "commit_lsn", "string"), ("change_lsn", "change_lsn", "string"),
+                  ("event_serial_no", "event_serial_no", "bigint")),
+}  # fmt: skip
 SNAPSHOT_KINDS = ("full", "delta")
 # Spark SQL types accepted in data_type; parameters such as decimal(12,2) are allowed.
 TYPE_PATTERN = re.compile(
@@ -440,6 +451,8 @@ def _parse(
                 "(string, int, bigint, double, decimal(p,s), date, timestamp, boolean, ...)"
             )
         columns.append(Column(cname, str(ctype).strip().lower() if ctype else ""))
+    if fmt == "debezium":
+        cdc = _debezium_preset(cdc, columns, errors)
     if not columns:
         errors.append("columns with data_type are required (the declared schema)")
     names = [c.name for c in columns]
@@ -667,6 +680,35 @@ def _parse_sequence(
     if order is not None:
         extra["file_order"] = str(order)
     return str(column or ""), extra
+
+
+def _debezium_preset(
+    cdc: dict[str, Any], columns: list[Column], errors: list[str]
+) -> dict[str, Any]:
+    """``debezium: {preset: mysql}`` (or sqlserver): the connector's position declared for the
+    user: its columns appended to ``columns`` where not declared, their ``fields`` and the
+    envelope's op where not mapped, and the sequence where none is given."""
+    conf = cdc.get("debezium")
+    if not isinstance(conf, dict) or "preset" not in conf:
+        return cdc
+    preset = conf["preset"]
+    if preset not in DEBEZIUM_POSITIONS:
+        errors.append(f"debezium.preset {preset!r} unknown; accepted: {sorted(DEBEZIUM_POSITIONS)}")
+        return cdc
+    position = DEBEZIUM_POSITIONS[preset]
+    fields = dict(conf.get("fields") or {}) if isinstance(conf.get("fields"), dict) else {}
+    declared = {c.name for c in columns}
+    wanted = [] if "op" in fields.values() else [("op", "op", "string")]
+    wanted += [(column, f"source.{f}", kind) for f, column, kind in position]
+    for column, path, kind in wanted:
+        fields.setdefault(column, path)
+        if column not in declared:
+            columns.append(Column(column, kind))
+    return {
+        **cdc,
+        "sequence": cdc.get("sequence") or [column for _, column, _ in position],
+        "debezium": {**conf, "fields": fields},
+    }
 
 
 def _parse_sequence_list(

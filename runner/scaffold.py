@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from runner.entities import DEBEZIUM_POSITIONS
 from runner.errors import UsageError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -78,7 +79,9 @@ class Proposal:
 
     def files(self, project_dir: Path) -> dict[Path, str]:
         models = project_dir / "models"
-        fixed = {self.cdc.get("sequence"), (self.cdc.get("operation") or {}).get("column")}
+        sequence = self.cdc.get("sequence")
+        fixed = set(sequence) if isinstance(sequence, list) else {sequence}
+        fixed.add((self.cdc.get("operation") or {}).get("column"))
         fixed |= set((self.cdc.get("debezium") or {}).get("fields") or {})  # op, lsn: not data
         kept = [c for c, _ in self.columns if c not in fixed]
         select = ",\n    ".join([*(_q(c) for c in kept), "{{ cdc.lineage_select() }}"])
@@ -264,10 +267,18 @@ def _debezium(path: Path) -> tuple[list[tuple[str, str]], dict[str, Any], list[s
     columns = [(c, types.get(c) or infer(values.get(c, []))) for c in image]
     source = payload.get("source") or {}
     fields: dict[str, Any] = {"op": "op"}
+    seq: str | list[str]
+    position = next(
+        (p for p in DEBEZIUM_POSITIONS.values() if all(f in source for f, _, _ in p)), None
+    )
     if "lsn" in source:
         seq = "lsn"
         fields["lsn"] = "source.lsn"
         columns = [("op", "string"), ("lsn", "bigint"), *columns]
+    elif position is not None:  # MySQL's binlog position, SQL Server's LSNs: several fields
+        seq = [column for _, column, _ in position]
+        fields.update({column: f"source.{f}" for f, column, _ in position})
+        columns = [("op", "string"), *((c, t) for _, c, t in position), *columns]
     else:
         seq = "ts_ms"
         fields["ts_ms"] = "ts_ms"

@@ -415,6 +415,58 @@ def test_a_sequence_of_several_columns_is_read_in_order_and_its_mistakes_reporte
     assert "sequence as a list of columns is for format debezium" in str(err.value)
 
 
+def test_new_entity_proposes_the_position_each_debezium_connector_writes(tmp_path: Path) -> None:
+    """From a MySQL connector's event: binlog file, position and row (the example's sequence);
+    from SQL Server's: commit LSN, change LSN, event serial number. Both declarations load."""
+    import json
+
+    from runner.scaffold import propose
+
+    sources = {
+        "mysql": {"connector": "mysql", "file": "mysql-bin.000003", "pos": 154, "row": 0},
+        "sqlserver": {"connector": "sqlserver", "change_lsn": "00000027:00000758:0003",
+                      "commit_lsn": "00000027:00000758:0005", "event_serial_no": 1},
+    }  # fmt: skip
+    wanted = {
+        "mysql": ("binlog_file", "binlog_pos", "binlog_row"),
+        "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"),
+    }
+    root = make_project(tmp_path / "repo")
+    for connector, source in sources.items():
+        line = {"before": None, "after": {"id": 1, "email": "a@x.org"}, "source": source,
+                "op": "c", "ts_ms": 1}  # fmt: skip
+        sample = _written(tmp_path / f"{connector}.json", json.dumps(line) + "\n")
+        proposal = propose(f"{connector}_customers", sample, keys=["id"])
+        for path, text in proposal.files(root / "dbt_project").items():
+            path.write_text(text)
+        entity = load_entities(Project.load(root, target="local"))[f"{connector}_customers"]
+        assert entity.sequence_columns == wanted[connector], proposal.source_yaml()
+        assert {entity.debezium_fields[c] for c in wanted[connector]} == {
+            f"source.{f}" for f in source if f != "connector"
+        }
+    example = REPO / "docs" / "examples" / "debezium_mysql" / "mysql_customers.yml"
+    doc = yaml.safe_load(example.read_text())
+    table = doc["sources"][0]["tables"][0]
+    assert table["meta"]["cdc"]["sequence"] == list(wanted["mysql"])
+    # debezium: {preset: mysql} declares the same: columns, fields and sequence
+    (root / "dbt_project" / "models" / "staging" / "mysql_customers.yml").unlink()
+    (root / "dbt_project" / "models" / example.name).write_text(example.read_text())
+    explicit = load_entities(Project.load(root, target="local"))["mysql_customers"]
+    table["meta"]["cdc"].pop("sequence")
+    table["meta"]["cdc"]["debezium"] = {"preset": "mysql"}
+    table["columns"] = [c for c in table["columns"] if c["name"] in ("id", "first_name", "email")]
+    (root / "dbt_project" / "models" / example.name).write_text(yaml.safe_dump(doc))
+    preset = load_entities(Project.load(root, target="local"))["mysql_customers"]
+    assert preset.sequence_columns == explicit.sequence_columns
+    assert preset.debezium_fields == explicit.debezium_fields
+    assert set(preset.columns) == set(explicit.columns)
+    table["meta"]["cdc"]["debezium"] = {"preset": "oracle"}
+    (root / "dbt_project" / "models" / example.name).write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    assert "debezium.preset 'oracle' unknown; accepted: ['mysql', 'sqlserver']" in str(err.value)
+
+
 def _written(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
