@@ -5,7 +5,9 @@ Debezium's MySQL connector (docs/examples/debezium_mysql): events ordered by bin
 position and row. The Files hold a snapshot (op r, one shared position), changes across a
 binlog rotation in the middle of a File (positions start again in the new file), a multi-row
 event (one position, rows 0..2), an event of an earlier binlog file arriving in a later File,
-and the rotation from mysql-bin.999999 to mysql-bin.1000000 (by number, not as text)."""
+and the rotation from mysql-bin.999999 to mysql-bin.1000000 (by number, not as text). The
+current state and the change-log history (versions in binlog order, each closed by the next
+event of its key) both follow that order."""
 
 from __future__ import annotations
 
@@ -78,6 +80,35 @@ def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
     return now
 
 
+def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its versions in binlog order: (first_name, open), a version closed by the next
+    event of its id (a change or a delete), the last one open unless a delete follows it."""
+    events = sorted(
+        (binlog(e), i, j, e) for i, (_, es) in enumerate(files) for j, e in enumerate(es)
+    )
+    by_key: dict[int, list[dict]] = {}
+    for *_, e in events:
+        by_key.setdefault((e["after"] or e["before"])["id"], []).append(e)
+    out: dict[int, list[tuple[str, bool]]] = {}
+    for key, es in by_key.items():
+        out[key] = [
+            (e["after"]["first_name"], n == len(es) - 1) for n, e in enumerate(es) if e["op"] != "d"
+        ]
+    return out
+
+
+def versions(rows: list[dict]) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its history rows by valid-from: (first_name, open); each closed one ends where the
+    id's next version begins, when there is one."""
+    out: dict[int, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: r["_cdc_valid_from"]):
+        out.setdefault(int(r["id"]), []).append(r)
+    for rs in out.values():
+        for a, b in zip(rs, rs[1:], strict=False):
+            assert a["_cdc_valid_to"] is not None and a["_cdc_valid_to"] <= b["_cdc_valid_from"]
+    return {k: [(r["first_name"], r["_cdc_valid_to"] is None) for r in rs] for k, rs in out.items()}
+
+
 def binlog(e: dict) -> tuple:
     """MySQL's order: the binlog file's number, the position, the row; then ts_ms."""
     s = e["source"]
@@ -104,6 +135,7 @@ def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
         rows = cli.table("{{ ref('mysql_customers_current') }}")
         got = {int(r["id"]): r["first_name"] for r in rows}
         assert got == fold(written, binlog), (run, got)
+        assert versions(cli.table("{{ ref('mysql_customers_history') }}")) == history(written)
     # The scenario tells the orders apart: by position alone, or the file name as text,
     # another customer wins.
     everything = [(n, es) for (n, _), es in FILES.items()]
