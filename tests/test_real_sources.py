@@ -3,8 +3,10 @@ documented commands on local Spark and PostgreSQL, against plain-Python oracles.
 
 - DMS defaults (docs/examples/dms_defaults, Files in landing/dms-defaults): no header row,
   full-load Files without Op, change Files with Op first in date folders, no sequence column
-  (ordered by DMS's file names, then the line); with timestampColumnName as the sequence and
-  two changes of one key in one transaction; and DMS Parquet output.
+  (ordered by DMS's file names, then the line), on PostgreSQL over three runs (the third: a
+  File landing late in an earlier date folder, and a new date folder); with
+  timestampColumnName as the sequence and two changes of one key in one transaction; and DMS
+  Parquet output.
 - Debezium defaults (docs/examples/debezium_defaults, Files in landing/debezium-defaults):
   schema/payload lines with precise decimals (base64), variable-scale decimals, dates, micro
   timestamps and times, zoned timestamps; `null` tombstones and a blank line; deletes whose
@@ -462,6 +464,11 @@ def test_files_as_dms_and_debezium_write_them_by_default_apply_exactly(
         cli.table(f"{cli.schema}.dms_customers_current"), "customer_id", DMS_COLUMNS[1:], kinds
     )
     assert table == dms_expected(apply_changes(dms_changes(dms_files, DMS_COLUMNS), "customer_id"))
+    # 3. On PostgreSQL, a third run: a File landing late in an earlier date folder (its change
+    # of 106 is older than the one applied from 2026/03/02; its others apply) and one in a new
+    # date folder. (Local Spark: a late File across runs is test_source_order's MySQL case.)
+    if target == "postgres":
+        _third_dms_run(cli, dms, dms_files, kinds)
     table = shown(
         cli.table(f"{cli.schema}.dms_ts_customers_current"), "customer_id", DMS_COLUMNS[1:], kinds
     )
@@ -474,7 +481,34 @@ def test_files_as_dms_and_debezium_write_them_by_default_apply_exactly(
         cli.table(f"{cli.schema}.dms_pq_customers_current"), "customer_id", DMS_COLUMNS[1:], kinds
     )
     assert table == pq_expected
+    _debezium_tables_are_their_oracles(cli, product_files, plain_files)
 
+
+def _third_dms_run(cli: Any, dms: Path, dms_files: list[Path], kinds: dict) -> None:
+    late = dms / "2026/03/01/20260301-235959000.csv"
+    late.write_text(
+        "U,106,Margaret Hamilton,bronze,1.00,2026-03-01 23:59:59\n"
+        "U,103,Grace Hopper,platinum,15.25,2026-03-01 23:59:59\nD,101,,,,\n"
+    )
+    (dms / "2026/03/03").mkdir()
+    later = dms / "2026/03/03/20260303-070000000.csv"
+    later.write_text(
+        "I,101,Ada Lovelace,gold,131.00,2026-03-03 06:59:00\n"
+        "U,102,Brian Kernighan,gold,6.00,2026-03-03 06:59:30\n"
+    )
+    cli.runner("run", ok=(0, 1))
+    table = shown(
+        cli.table(f"{cli.schema}.dms_customers_current"), "customer_id", DMS_COLUMNS[1:], kinds
+    )
+    dms_files = sorted([*dms_files, late, later], key=dms_place)
+    expected = dms_expected(apply_changes(dms_changes(dms_files, DMS_COLUMNS), "customer_id"))
+    assert table == expected
+    assert expected[106][1] == "platinum" and expected[103][1] == "platinum"  # late: one stale
+
+
+def _debezium_tables_are_their_oracles(
+    cli: Any, product_files: list[Path], plain_files: list[Path]
+) -> None:
     product_kinds = {
         "price": Decimal, "weight": Decimal, "released": date, "stocked_at": datetime,
         "updated_at": datetime,
