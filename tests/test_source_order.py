@@ -17,6 +17,7 @@ import shutil
 from typing import Any
 
 import pytest
+import yaml
 from helpers.project import REPO
 
 pytestmark = pytest.mark.spark
@@ -144,3 +145,74 @@ def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
         lambda e: (e["source"]["file"], e["source"]["pos"], e["source"]["row"], e["ts_ms"]),
     ):
         assert fold(everything, wrong) != fold(everything, binlog)
+
+
+def sqlserver_event(
+    op: str, key: int, name: str | None, commit: int, change: int, serial: int
+) -> dict:
+    """One change event as the SQL Server connector writes it (schemas.enable=false): LSNs as
+    fixed-width hexadecimal text."""
+
+    def lsn(n: int) -> str:
+        return f"00000027:{n:08x}:0003"
+
+    image = None if name is None else {"id": key, "first_name": name, "email": f"{name}@x.org"}
+    return {
+        "before": {"id": key, "first_name": None, "email": None} if op in ("u", "d") else None,
+        "after": None if op == "d" else image,
+        "source": {
+            "version": "2.7.3.Final", "connector": "sqlserver", "name": "server1",
+            "ts_ms": 1000 + change, "snapshot": "false", "db": "testDB", "sequence": None,
+            "schema": "dbo", "table": "customers", "change_lsn": lsn(change),
+            "commit_lsn": lsn(commit), "event_serial_no": serial,
+        },
+        "op": op,
+        "ts_ms": 2000 + change,
+        "transaction": None,
+    }  # fmt: skip
+
+
+def test_sql_server_lsns_order_changes_through_the_preset(cli_project: Any) -> None:
+    """`debezium: {preset: sqlserver}` on PostgreSQL: commit LSN, change LSN, serial number.
+    A key's primary-key update arrives as a delete and a create at one change LSN (serial 1,
+    2); LSNs pass 0x...9 -> 0x...a (hexadecimal text); a later File holds an earlier
+    transaction's change of a key."""
+    cli = cli_project("postgres")
+    models = cli.root / "dbt_project" / "models" / "sqlserver"
+    models.mkdir()
+    doc = yaml.safe_load((EXAMPLE / "mysql_customers.yml").read_text())
+    table = doc["sources"][0]["tables"][0]
+    table["meta"]["cdc"] = {
+        "landing": "sqlserver/customers/*.json", "format": "debezium", "keys": ["id"],
+        "debezium": {"preset": "sqlserver"},
+    }  # fmt: skip
+    table["columns"] = [c for c in table["columns"] if c["name"] in ("id", "first_name", "email")]
+    doc["models"] = doc["models"][:1]
+    (models / "mysql_customers.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copy(EXAMPLE / "mysql_customers_current.sql", models)
+    landing = cli.root / "landing" / "sqlserver" / "customers"
+    landing.mkdir(parents=True)
+    files = [
+        ("server1.testDB.dbo.customers+0+0000000000.json", [
+            sqlserver_event("c", 1, "ann", 0x09, 0x08, 1),
+            sqlserver_event("c", 2, "bob", 0x09, 0x09, 1),
+            sqlserver_event("u", 1, "ann-a", 0x0B, 0x0A, 1),  # 0x0a after 0x09, as hex text
+            sqlserver_event("d", 2, None, 0x1F, 0x1E, 1),  # id 2 becomes id 3: delete, create
+            sqlserver_event("c", 3, "bob-3", 0x1F, 0x1E, 2),
+        ]),
+        ("server1.testDB.dbo.customers+0+0000000005.json", [
+            sqlserver_event("u", 3, "bob-late", 0x1D, 0x1C, 1),  # committed before the move
+            sqlserver_event("u", 1, "ann-b", 0x21, 0x20, 1),
+        ]),
+    ]  # fmt: skip
+    for name, events in files:
+        (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+    cli.runner("run")
+    got = {int(r["id"]): r["first_name"] for r in cli.table("{{ ref('mysql_customers_current') }}")}
+
+    def lsns(e: dict) -> tuple:
+        s = e["source"]
+        return (s["commit_lsn"], s["change_lsn"], s["event_serial_no"], e["ts_ms"])
+
+    assert got == fold(files, lsns) == {1: "ann-b", 3: "bob-3"}, got
+    assert fold(files, lambda e: 0) != got  # in the order the Files arrived, another table
