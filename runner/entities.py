@@ -695,8 +695,10 @@ def _debezium_preset(
     if preset not in DEBEZIUM_POSITIONS:
         errors.append(f"debezium.preset {preset!r} unknown; accepted: {sorted(DEBEZIUM_POSITIONS)}")
         return cdc
+    if not isinstance(conf.get("fields") or {}, dict):
+        return cdc  # said by _parse_debezium
     position = DEBEZIUM_POSITIONS[preset]
-    fields = dict(conf.get("fields") or {}) if isinstance(conf.get("fields"), dict) else {}
+    fields = dict(conf.get("fields") or {})
     declared = {c.name for c in columns}
     wanted = [] if "op" in fields.values() else [("op", "op", "string")]
     wanted += [(column, f"source.{f}", kind) for f, column, kind in position]

@@ -69,11 +69,16 @@ FILES = {  # (name, run): events in the order the sink wrote them
 }
 
 
+def in_order(files: list[tuple[str, list[dict]]], order: Any) -> list[dict]:
+    """Every event of ``files``, sorted by ``order``, then File and line."""
+    events = [(order(e), i, j, e) for i, (_, es) in enumerate(files) for j, e in enumerate(es)]
+    return [e for *_, e in sorted(events, key=lambda t: t[:3])]
+
+
 def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
     """id -> first_name after the events, sorted by ``order`` (then File and line)."""
-    events = [(order(e), i, j, e) for i, (_, es) in enumerate(files) for j, e in enumerate(es)]
     now: dict[int, str] = {}
-    for *_, e in sorted(events, key=lambda t: t[:3]):
+    for e in in_order(files, order):
         if e["op"] == "d":
             now.pop(e["before"]["id"], None)
         else:
@@ -84,11 +89,8 @@ def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
 def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bool]]]:
     """id -> its versions in binlog order: (first_name, open), a version closed by the next
     event of its id (a change or a delete), the last one open unless a delete follows it."""
-    events = sorted(
-        (binlog(e), i, j, e) for i, (_, es) in enumerate(files) for j, e in enumerate(es)
-    )
     by_key: dict[int, list[dict]] = {}
-    for *_, e in events:
+    for e in in_order(files, binlog):
         by_key.setdefault((e["after"] or e["before"])["id"], []).append(e)
     out: dict[int, list[tuple[str, bool]]] = {}
     for key, es in by_key.items():
