@@ -31,7 +31,7 @@ COMMON_KEYS = frozenset({"mode", "landing", "format", "keys", "csv", "on_schema_
 # and also with missing declared columns as NULL (sync_all_columns); or staged without the new
 # columns, said in a warning (ignore). runner/staging/schema.py applies it.
 SCHEMA_POLICIES = ("fail", "append_new_columns", "sync_all_columns", "ignore")
-CHANGE_KEYS = frozenset({"sequence", "operation"})  # mode cdc
+CHANGE_KEYS = frozenset({"sequence", "operation", "reloads"})  # mode cdc
 DEBEZIUM_KEYS = frozenset({"debezium", "transactions"})  # format debezium
 CSV_KEYS = frozenset({"header", "delimiter"})
 OPERATION_KEYS = frozenset({"column", "preset", "values", "missing_means", "files"})
@@ -154,6 +154,10 @@ class Entity:
     # no sequence column, changes are ordered by their File (DMS's file names) then the line.
     sequence_ties: bool = False
     file_order: str | None = None
+    # DMS table reloads (meta.cdc.reloads): Files named by one of these patterns that land
+    # after change Files of the entity are a reload, a new epoch of the table (the keys it
+    # lacks are deleted); the first full load is not. runner/staging/reloads.py.
+    reload_files: tuple[str, ...] = ()
     # format debezium, ``sequence: [a, b, c]``: every column that orders changes, compared in
     # that order (``sequence`` is the first); a single sequence column alone otherwise.
     sequence_parts: tuple[str, ...] = ()
@@ -227,6 +231,11 @@ class Entity:
     def op_missing(self, file_name: str) -> bool:
         """Whether a File of this name lacks the operation column (a DMS full-load File)."""
         return any(fnmatch.fnmatchcase(file_name, g) for g in self.op_missing_files)
+
+    def reloads(self, file_name: str) -> bool:
+        """Whether a File of this name is a full-load File that is a reload when it lands
+        after change Files (meta.cdc.reloads)."""
+        return any(fnmatch.fnmatchcase(file_name, g) for g in self.reload_files)
 
     @property
     def is_transactions(self) -> bool:
@@ -490,6 +499,8 @@ def _parse(
     else:
         sequence, op_column, operations, ordering = _parse_changes(cdc, names, errors, fmt)
         extra.update(ordering)
+        if "reloads" in cdc:
+            extra["reload_files"] = _parse_reloads(cdc["reloads"], fmt, ordering, errors)
         if ordering.get("sequence_ties"):
             kind = next((c.data_type for c in columns if c.name == sequence), "string")
             if fmt == "debezium":
@@ -634,6 +645,41 @@ def _parse_changes(
             globs = []
         extra.update(op_missing_means=str(means), op_missing_files=tuple(globs))
     return sequence, op_column, operations, extra
+
+
+def _parse_reloads(
+    raw: Any, fmt: str, ordering: dict[str, Any], errors: list[str]
+) -> tuple[str, ...]:
+    """meta.cdc.reloads: ``true`` (DMS's full-load Files, ``LOAD*``) or ``{files: <pattern or
+    list>}``. A reload is ordered where it landed: by file order, after the change Files staged
+    before it; by a commit-time column, by its rows' transfer times (``ties: line``)."""
+    shape = (
+        "meta.cdc.reloads must be true (DMS's full-load Files, LOAD*) or {files: <file name "
+        "pattern or list>}"
+    )
+    if raw is True:
+        globs: Any = ["LOAD*"]
+    elif isinstance(raw, dict) and set(raw) <= {"files"}:
+        files = raw.get("files", "LOAD*")
+        globs = [files] if isinstance(files, str) else files
+    else:
+        errors.append(shape)
+        return ()
+    if (
+        not isinstance(globs, list)
+        or not globs
+        or not all(isinstance(g, str) and g and "/" not in g for g in globs)
+    ):
+        errors.append(shape)
+        return ()
+    if fmt == "debezium":
+        errors.append("meta.cdc.reloads is for AWS DMS Files; a Debezium snapshot is op r events")
+    elif not (ordering.get("file_order") or ordering.get("sequence_ties")):
+        errors.append(
+            "meta.cdc.reloads needs sequence {file_order: dms} or {column: <commit time>, "
+            "ties: line}: a reload is placed among the changes by its File or its rows' times"
+        )
+    return tuple(globs)
 
 
 def _parse_sequence(

@@ -22,6 +22,7 @@ from runner.progress import Progress
 from runner.project import Project
 from runner.reconcile import reconcile
 from runner.spool import Spool, spark_reads
+from runner.staging import reloads
 from runner.staging.schema import declaration_yaml
 from runner.staging.spark import StageResult, stage_entity
 
@@ -263,6 +264,7 @@ class _Stager:
                 self.writer,
                 self.destination.file_identity,
                 self.effective_date,
+                self._staged_before(),
             )
         except Exception as exc:  # decided below, per File
             one = files[0] if len(files) == 1 else None
@@ -275,6 +277,14 @@ class _Stager:
             err.__cause__ = exc
             log.debug("staging %d File(s) of %s failed", len(files), self.entity.name, exc_info=exc)
             return err
+
+    def _staged_before(self) -> list[list[str]]:
+        """With meta.cdc.reloads: the names of the entity's Files staged before, batch by
+        batch in staging order (what tells a reload from the first full load)."""
+        if not self.entity.reload_files:
+            return []
+        staged = self.db.files(entity=self.entity.name, states=["STAGED", "COMMITTED"])
+        return reloads.batches((as_file(r.path).name, r.staged_at, r.staged_by) for r in staged)
 
     def _to_stage(self, rec: FileRecord) -> FileToStage:
         path = as_file(rec.path)

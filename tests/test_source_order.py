@@ -218,3 +218,140 @@ def test_sql_server_lsns_order_changes_through_the_preset(cli_project: Any) -> N
 
     assert got == fold(files, lsns) == {1: "ann-b", 3: "bob-3"}, got
     assert fold(files, lambda e: 0) != got  # in the order the Files arrived, another table
+
+
+# --- AWS DMS table reloads ---------------------------------------------------------------
+
+DMS_EXAMPLE = REPO / "docs" / "examples" / "dms_defaults"
+LOAD_TIME, RELOAD_TIME = "2026-03-01 07:00:00.000001", "2026-03-01 09:30:00.000001"
+# (run, name, rows): a row is (Op or None in a LOAD File, commit or transfer time, id, name).
+# Run 1: the full load and two rounds of changes. Run 2: the table reloaded, its first File
+# (DMS writes LOAD00000001 again: new bytes at the same path); key 4 was deleted at the source
+# without a change, key 1 changed without one. Run 3: the reload's second File (key 7 missed
+# before) and changes after the reload.
+RELOAD_FILES = [
+    (1, "LOAD00000001.csv", [(None, LOAD_TIME, k, n) for k, n in
+                             ((1, "Ann"), (2, "Bob"), (3, "Cid"), (4, "Dot"))]),
+    (1, "2026/03/01/20260301-080000000.csv", [
+        ("U", "2026-03-01 07:59:00.000000", 1, "Ann-1"),
+        ("D", "2026-03-01 07:59:01.000000", 2, "Bob"),
+        ("I", "2026-03-01 07:59:02.000000", 5, "Eve")]),
+    (1, "2026/03/01/20260301-090000000.csv", [
+        ("U", "2026-03-01 08:59:00.000000", 3, "Cid-2"),
+        ("I", "2026-03-01 08:59:01.000000", 6, "Fay"),
+        ("U", "2026-03-01 08:59:02.000000", 5, "Eve-2")]),
+    (2, "LOAD00000001.csv", [(None, RELOAD_TIME, k, n) for k, n in
+                             ((1, "Ann-R"), (3, "Cid-2"), (5, "Eve-2"))]),
+    (3, "LOAD00000002.csv", [(None, "2026-03-01 09:30:00.000002", k, n) for k, n in
+                             ((6, "Fay"), (7, "Gus"))]),
+    (3, "2026/03/01/20260301-100000000.csv", [
+        ("U", "2026-03-01 09:59:00.000000", 7, "Gus-3"),
+        ("D", "2026-03-01 09:59:01.000000", 5, "Eve-2"),
+        ("U", "2026-03-01 09:59:02.000000", 1, "Ann-3")]),
+]  # fmt: skip
+
+
+RELOADED_AT = "20260301-093000000"  # when DMS reloaded the table (between the change Files)
+
+
+def reload_fold(runs: int) -> dict[int, str]:
+    """id -> name after ``runs`` runs, as a reload means it: the full load, then the changes
+    by their Files' names; once the reload's Files land, the table is their rows (every File of
+    it landed so far), then the changes written after the reload on top."""
+    landed = [(name, rows) for run, name, rows in RELOAD_FILES if run <= runs]
+    reload = [rows for run, name, rows in RELOAD_FILES if 1 < run <= runs and "LOAD" in name]
+
+    def changes(after: bool) -> list[list[tuple]]:
+        return [
+            rows for name, rows in sorted(landed)
+            if name.startswith("2026") and (name.rsplit("/", 1)[1] > RELOADED_AT) == after
+        ]  # fmt: skip
+
+    state: dict[int, str] = {}
+    if reload:
+        state = {key: name for rows in reload for _, _, key, name in rows}
+        steps = changes(after=True)
+    else:
+        steps = [rows for name, rows in landed if name.startswith("LOAD")] + changes(after=False)
+    for rows in steps:
+        for op, _, key, name in rows:
+            if op == "D":
+                state.pop(key, None)
+            else:
+                state[key] = name
+    return state
+
+
+def install_dms(cli: Any, name: str, landing: str, timestamp: bool) -> None:
+    """docs/examples/dms_defaults as entity ``name``, with a history model beside the current
+    state; ``timestamp``: timestampColumnName=changed_at orders the changes instead of the
+    Files' names."""
+    models = cli.root / "dbt_project" / "models" / name
+    models.mkdir()
+    doc = yaml.safe_load((DMS_EXAMPLE / "dms_customers.yml").read_text())
+    table = doc["sources"][0]["tables"][0]
+    table["name"], table["identifier"] = name, f"{name}__staged"
+    table["meta"]["cdc"]["landing"] = landing
+    if timestamp:
+        table["meta"]["cdc"]["sequence"] = {"column": "changed_at", "ties": "line"}
+        table["columns"].insert(1, {"name": "changed_at", "data_type": "timestamp"})
+    current = dict(doc["models"][0], name=f"{name}_current")
+    history = dict(current, name=f"{name}_history")
+    history["config"] = dict(current["config"], meta={"cdc": {"apply": True, "history": True}})
+    doc["models"] = [current, history]
+    (models / f"{name}.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    sql = (DMS_EXAMPLE / "dms_customers_current.sql").read_text().replace("dms_customers", name)
+    for model in (current, history):
+        (models / f"{model['name']}.sql").write_text(sql)
+
+
+@pytest.mark.parametrize("target", ["postgres", "local"])
+def test_a_dms_reload_replaces_the_table_by_file_order_and_by_timestamp_column(
+    cli_project: Any, target: str
+) -> None:
+    """A reload after two rounds of changes (`reloads: true`), its Files landing over two runs,
+    ordered by DMS's file names and by timestampColumnName: after each run the current state
+    is the fold's, and in the history the keys the reload lacks have no open version."""
+    cli = cli_project(target)
+    install_dms(cli, "reload_by_file", "dms-reload/customers/**/*.csv", timestamp=False)
+    install_dms(cli, "reload_by_time", "dms-reload-ts/customers/**/*.csv", timestamp=True)
+    for run in (1, 2, 3):
+        for when, name, rows in RELOAD_FILES:
+            if when != run:
+                continue
+            for folder, timestamp in (("dms-reload", False), ("dms-reload-ts", True)):
+                path = cli.root / "landing" / folder / "customers" / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                lines = [
+                    ",".join([*([op] if op else []), *([t] if timestamp else []),
+                              str(key), name_, "gold", "1.00", "2026-03-01 00:00:00"])
+                    for op, t, key, name_ in rows
+                ]  # fmt: skip
+                path.write_text("\n".join(lines) + "\n")
+        cli.runner("run")
+        expected = reload_fold(run)
+        for entity in ("reload_by_file", "reload_by_time"):
+            rows_now = cli.table(f"{{{{ ref('{entity}_current') }}}}")
+            got = {int(r["customer_id"]): r["name"] for r in rows_now}
+            assert got == expected, (run, entity, got)
+            versions_ = cli.table(f"{{{{ ref('{entity}_history') }}}}")
+            open_ = {
+                int(r["customer_id"]): r["name"] for r in versions_ if r["_cdc_valid_to"] is None
+            }
+            assert open_ == expected, (run, entity, open_)
+    assert reload_fold(3) == {1: "Ann-3", 3: "Cid-2", 6: "Fay", 7: "Gus-3"}
+    # Without the reload's meaning (its rows as inserts in DMS's order), another table: key 4
+    # stays, and the reload's rows sort before every change.
+    assert 4 in naive_dms_fold() and naive_dms_fold() != reload_fold(3)
+
+
+def naive_dms_fold() -> dict[int, str]:
+    state: dict[int, str] = {}
+    files = sorted(RELOAD_FILES, key=lambda f: (not f[1].startswith("LOAD"), f[1], f[0]))
+    for _, _, rows in files:
+        for op, _, key, name in rows:
+            if op == "D":
+                state.pop(key, None)
+            else:
+                state[key] = name
+    return state

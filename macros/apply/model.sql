@@ -163,7 +163,8 @@
       null_means: unchanged  an update's NULL keeps the key's previous value, in
                              unchanged_columns (default: every declared column but the keys,
                              the sequence and the operation column);
-      operation values       one of them may map to T: a truncate of the whole table.
+      operation values       one of them may map to T: a truncate of the whole table;
+      reloads                a DMS reload is staged as a truncate before its rows.
     Returns {unchanged: [lower-cased column names], truncates: bool}. -#}
 {% macro change_settings(name) %}
   {%- set meta = cdc.entity_settings(name) -%}
@@ -190,6 +191,8 @@
   {%- else -%}
     {%- set truncates = (op.get('preset', 'dms') | lower) == 'debezium' -%}
   {%- endif -%}
+  {#- meta.cdc.reloads: a DMS reload is staged with a truncate just before its rows. -#}
+  {%- set truncates = truncates or meta.get('reloads') not in [none, false] -%}
   {{ return({'unchanged': unchanged, 'truncates': truncates}) }}
 {% endmacro %}
 

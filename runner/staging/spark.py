@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -40,6 +40,7 @@ from runner.entities import INTEGER_TYPES, Entity
 from runner.entities import Column as EntityColumn
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile, same_store_spellings
+from runner.staging import reloads
 from runner.staging.debezium import (
     ENVELOPE,
     SEQUENCE_BASE,
@@ -103,12 +104,15 @@ def stage_entity(
     writer: StagingWriter,
     file_identity: str = "input_file_name",
     effective_date: date | None = None,
+    earlier: Sequence[Sequence[str]] = (),
 ) -> StageResult:
     """Validate and stage ``files``; bad Files are reported, never partly written.
 
     ``file_identity`` is how a row names its File: ``input_file_name`` or ``metadata`` (the
     ``_metadata`` column, where ``input_file_name()`` is unavailable, as on Unity Catalog).
-    ``effective_date`` is `runner ingest --effective-date`, for snapshot entities that take it."""
+    ``effective_date`` is `runner ingest --effective-date`, for snapshot entities that take it.
+    ``earlier``: the names of the entity's Files staged before, batch by batch in staging order
+    (what tells a DMS reload from the first full load: runner/staging/reloads.py)."""
     result = StageResult()
     table = writer.table_columns(spark, entity)
     _, problem = declared_vs_table(entity, table, writer.stored_type)
@@ -123,9 +127,16 @@ def stage_entity(
     )
     dates: dict[int, date] = {}
     orders: dict[int, str] = {}
+    reload = reloads.plan(
+        entity,
+        earlier,
+        [(f.file_id, f.path.name) for f in files],
+        {n: p for n in {*(n for b in earlier for n in b), *(f.path.name for f in files)}
+         if (p := dms_file_order(n)) is not None},
+    )  # fmt: skip
     for f in files:
         if entity.file_order is not None:
-            place = dms_file_order(f.path.name)
+            place = reload.places.get(f.file_id) or dms_file_order(f.path.name)
             if place is None:
                 result.quarantined[f.file_id] = (
                     f"{f.path.name}: not a name AWS DMS gives its Files (LOAD<hex counter> for "
@@ -190,6 +201,7 @@ def stage_entity(
                 file_identity,
                 dates,
                 orders,
+                reload,
             )
     return result
 
@@ -689,6 +701,7 @@ def _stage_group(
     file_identity: str,
     dates: dict[int, date],
     orders: dict[int, str],
+    reload: reloads.ReloadPlan | None = None,
 ) -> None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -839,10 +852,83 @@ def _stage_group(
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
         lineage["file_hash"], lineage["sequence"]
     )
+    carrier = None
+    if reload is not None and reload.starts and not reload.carried:
+        carrier = _reload_truncate(spark, entity, rows, good, orders, reload)
+    if carrier is not None:
+        f, sequence = carrier
+        out = out.unionByName(
+            _truncate_row(spark, out, entity, f, sequence, process_id, ingested_at)
+        )
+        counts[f.content_hash] = counts.get(f.content_hash, 0) + 1
     effective = {f.content_hash: dates[f.file_id] for f in good if f.file_id in dates}
     writer.write(spark, StagedBatch(entity, out, good, counts, process_id, ingested_at, effective))
+    if carrier is not None:
+        assert reload is not None
+        reload.carried = True
+        log.info(
+            "%s: a reload of %s (a new epoch: keys it lacks are deleted)",
+            carrier[0].path.name,
+            entity.name,
+        )
     for f in good:
-        result.staged[f.file_id] = counts.get(f.content_hash, 0)
+        synthetic = int(carrier is not None and carrier[0] is f)
+        result.staged[f.file_id] = counts.get(f.content_hash, 0) - synthetic
+
+
+def _reload_truncate(
+    spark: SparkSession,
+    entity: Entity,
+    rows: DataFrame,
+    good: list[FileToStage],
+    orders: dict[int, str],
+    reload: reloads.ReloadPlan,
+) -> tuple[FileToStage, str] | None:
+    """The File that carries a starting reload's truncate (its first, by DMS's order or name)
+    and the truncate's staged sequence; None when this group holds none of the reload's Files."""
+    from pyspark.sql import functions as F
+
+    files = [f for f in good if f.file_id in reload.reload_ids]
+    if not files:
+        return None
+    first = min(files, key=lambda f: (orders.get(f.file_id, ""), f.path.name))
+    if reload.truncate is not None:
+        return first, reload.truncate
+    # By a commit-time column: just before the earliest transfer time of the reload's rows.
+    base = sortable_text(F.col(entity.sequence), entity.column(entity.sequence).data_type)
+    hashes = [f.content_hash for f in files]
+    earliest = rows.where(F.col(FILE_VALUES[0]).isin(hashes)).agg(F.min(base)).first()
+    if earliest is None or earliest[0] is None:
+        return None  # the reload's Files hold no rows: nothing to place the epoch by
+    return first, f"{earliest[0]}."
+
+
+def _truncate_row(
+    spark: SparkSession,
+    out: DataFrame,
+    entity: Entity,
+    f: FileToStage,
+    sequence: str,
+    process_id: str,
+    ingested_at: datetime,
+) -> DataFrame:
+    """One staged row of operation T (a truncate of the whole table), line 0 of ``f``."""
+    values = {
+        "operation": "T",
+        "sequence": sequence,
+        "process_id": process_id,
+        "row_number": 0,
+        "ingested_at": ingested_at,
+        "file_hash": f.content_hash,
+        "file_name": f.path.name,
+        "file_path": str(f.path),
+    }
+    by_name = {c.name: values.get(c.key) for c in lineage_on("staged", entity.mode)}
+    from pyspark.sql import types as T
+
+    row = tuple(by_name.get(field.name) for field in out.schema.fields)
+    schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in out.schema.fields])
+    return spark.createDataFrame([row], schema)
 
 
 def _with_tie_break(rows: DataFrame, entity: Entity, ties: bool) -> Column:
