@@ -63,6 +63,15 @@ class Files(Markers):
         with self.engine.connect() as conn:
             return [FileRecord(**r) for r in conn.execute(query).mappings().all()]
 
+    def staged_paths(self, entity: str) -> list[tuple[str, datetime | None, str | None]]:
+        """(path, staged_at, staged_by) of the entity's STAGED and COMMITTED Files."""
+        query = select(files_t.c.path, files_t.c.staged_at, files_t.c.staged_by).where(
+            files_t.c.entity == entity,
+            files_t.c.state.in_([FileState.STAGED.value, FileState.COMMITTED.value]),
+        )
+        with self.engine.connect() as conn:
+            return [(r.path, r.staged_at, r.staged_by) for r in conn.execute(query)]
+
     def events(self, file_id: int) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             rows = conn.execute(

@@ -650,28 +650,29 @@ def _parse_changes(
 def _parse_reloads(
     raw: Any, fmt: str, ordering: dict[str, Any], errors: list[str]
 ) -> tuple[str, ...]:
-    """meta.cdc.reloads: ``true`` (DMS's full-load Files, ``LOAD*``) or ``{files: <pattern or
-    list>}``. A reload is ordered where it landed: by file order, after the change Files staged
-    before it; by a commit-time column, by its rows' transfer times (``ties: line``)."""
+    """meta.cdc.reloads: ``true`` (DMS's full-load Files, ``LOAD*``), ``{files: <pattern or
+    list>}`` or ``false``. A reload is ordered where it landed: by file order, after the change
+    Files staged before it; by a commit-time column, by its rows' transfer times (``ties:
+    line``)."""
     shape = (
         "meta.cdc.reloads must be true (DMS's full-load Files, LOAD*) or {files: <file name "
         "pattern or list>}"
     )
+    globs: Any = None
+    if raw is False:
+        return ()
     if raw is True:
-        globs: Any = ["LOAD*"]
+        globs = ["LOAD*"]
     elif isinstance(raw, dict) and set(raw) <= {"files"}:
         files = raw.get("files", "LOAD*")
         globs = [files] if isinstance(files, str) else files
-    else:
-        errors.append(shape)
-        return ()
     if (
         not isinstance(globs, list)
         or not globs
         or not all(isinstance(g, str) and g and "/" not in g for g in globs)
     ):
         errors.append(shape)
-        return ()
+        globs = []
     if fmt == "debezium":
         errors.append("meta.cdc.reloads is for AWS DMS Files; a Debezium snapshot is op r events")
     elif not (ordering.get("file_order") or ordering.get("sequence_ties")):

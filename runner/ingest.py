@@ -283,8 +283,8 @@ class _Stager:
         batch in staging order (what tells a reload from the first full load)."""
         if not self.entity.reload_files:
             return []
-        staged = self.db.files(entity=self.entity.name, states=["STAGED", "COMMITTED"])
-        return reloads.batches((as_file(r.path).name, r.staged_at, r.staged_by) for r in staged)
+        staged = self.db.staged_paths(self.entity.name)
+        return reloads.batches((as_file(path).name, at, by) for path, at, by in staged)
 
     def _to_stage(self, rec: FileRecord) -> FileToStage:
         path = as_file(rec.path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -413,6 +414,66 @@ def test_a_sequence_of_several_columns_is_read_in_order_and_its_mistakes_reporte
     with pytest.raises(ConfigError) as err:
         load_entities(Project.load(root, target="local"))
     assert "sequence as a list of columns is for format debezium" in str(err.value)
+
+
+def test_a_reload_is_told_from_the_first_full_load_by_the_batches_staged_before(
+    tmp_path: Path,
+) -> None:
+    """docs/examples/dms_defaults (`reloads: true`): LOAD Files are a reload only after a
+    change File was staged; a reload's later batches continue its epoch until a change File is
+    staged in a later batch. A reload sorts after the change Files staged before it and before
+    the next one, as text and with punctuation ignored (a collation such as en_US)."""
+    import re
+
+    from runner.staging import reloads
+    from runner.staging.spark import dms_file_order
+
+    root = make_project(tmp_path / "repo")
+    models = root / "dbt_project" / "models"
+    for path in (REPO / "docs" / "examples" / "dms_defaults").iterdir():
+        (models / path.name).write_text(path.read_text())
+    dms = load_entities(Project.load(root, target="local"))["dms_customers"]
+    assert dms.reload_files == ("LOAD*",)
+    load1, load2, c1, c2 = ("LOAD00000001.csv", "LOAD00000002.csv",
+                            "20260301-080000000.csv", "20260301-100000000.csv")  # fmt: skip
+    places = {n: dms_file_order(n) or "" for n in (load1, load2, c1, c2)}
+
+    def plan(earlier: list[list[str]], batch: list[str]) -> reloads.ReloadPlan:
+        return reloads.plan(dms, earlier, list(enumerate(batch)), places)
+
+    assert plan([], [load1, c1]).reload_ids == set()  # the first full load
+    assert plan([[load1], [load2]], [c1]).reload_ids == set()
+    start = plan([[load1, c1]], [load1, load2])
+    assert (start.starts, start.reload_ids) == (True, {0, 1})
+    assert (
+        start.truncate == places[c1] + ".R" and start.places[0] == places[c1] + ".R" + places[load1]
+    )
+    for earlier in ([[load1, c1], [load1]], [[load1, c1], [load1, c2]]):
+        more = plan(earlier, [load2])  # the same reload: no second truncate, the same place
+        assert (more.starts, more.reload_ids, more.places[0]) == (False, {0}, start.places[1])
+    again = plan([[load1, c1], [load1], [c2]], [load2])  # a change staged since: a new reload
+    assert again.starts and again.truncate == places[c2] + ".R"
+    staged = [places[c1] + ".000000000007", start.truncate or "",
+              start.places[0] + ".000000000001", start.places[1] + ".000000000001",
+              places[c2] + ".000000000001"]  # fmt: skip
+    assert sorted(staged) == staged
+    assert sorted(staged, key=lambda s: re.sub(r"[^0-9A-Za-z]", "", s)) == staged
+    assert reloads.batches(
+        [("b", datetime(2026, 3, 2), "p2"), ("a", datetime(2026, 3, 1), "p1"),
+         ("c", datetime(2026, 3, 2), "p2"), ("d", None, None)]
+    ) == [["a"], ["b", "c"]]  # fmt: skip
+
+    table = yaml.safe_load((REPO / "docs/examples/dms_defaults/dms_customers.yml").read_text())
+    cdc = table["sources"][0]["tables"][0]["meta"]["cdc"]
+    cdc.update(sequence="updated_at", reloads={"files": "a/LOAD*"})
+    (models / "dms_customers.yml").write_text(yaml.safe_dump(table))
+    with pytest.raises(ConfigError) as err:
+        load_entities(Project.load(root, target="local"))
+    for expected in (
+        "meta.cdc.reloads must be true (DMS's full-load Files, LOAD*) or {files:",
+        "meta.cdc.reloads needs sequence {file_order: dms} or {column: <commit time>, ties: line}",
+    ):
+        assert expected in str(err.value), (expected, str(err.value))
 
 
 def test_new_entity_proposes_the_position_each_debezium_connector_writes(tmp_path: Path) -> None:

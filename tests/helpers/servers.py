@@ -232,7 +232,12 @@ def _answers(url: str, *, any_status: bool = False) -> bool:
 
 @contextlib.contextmanager
 def _serving(
-    what: str, cmd: list[str], log_path: Path, ready_url: str, *, any_status: bool = False,
+    what: str,
+    cmd: list[str],
+    log_path: Path,
+    ready_url: str,
+    *,
+    any_status: bool = False,
     **popen: Any,
 ) -> Iterator[None]:
     """``cmd`` running, its output in ``log_path``, once ``ready_url`` answers (60 s at most,
