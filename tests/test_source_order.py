@@ -7,7 +7,11 @@ binlog rotation in the middle of a File (positions start again in the new file),
 event (one position, rows 0..2), an event of an earlier binlog file arriving in a later File,
 and the rotation from mysql-bin.999999 to mysql-bin.1000000 (by number, not as text). The
 current state and the change-log history (versions in binlog order, each closed by the next
-event of its key) both follow that order."""
+event of its key) both follow that order.
+
+AWS DMS table reloads (docs/examples/dms_defaults, `reloads: true`): a reload after two rounds
+of changes, its Files landing over two runs, ordered by DMS's file names (date folders, three
+runs) and by timestampColumnName."""
 
 from __future__ import annotations
 
@@ -223,12 +227,12 @@ def test_sql_server_lsns_order_changes_through_the_preset(cli_project: Any) -> N
 # --- AWS DMS table reloads ---------------------------------------------------------------
 
 DMS_EXAMPLE = REPO / "docs" / "examples" / "dms_defaults"
-LOAD_TIME, RELOAD_TIME = "2026-03-01 07:00:00.000001", "2026-03-01 09:30:00.000001"
+LOAD_TIME, RELOAD_TIME = "2026-03-01 07:00:00.000001", "2026-03-02 12:00:00.000001"
 # (run, name, rows): a row is (Op or None in a LOAD File, commit or transfer time, id, name).
-# Run 1: the full load and two rounds of changes. Run 2: the table reloaded, its first File
-# (DMS writes LOAD00000001 again: new bytes at the same path); key 4 was deleted at the source
-# without a change, key 1 changed without one. Run 3: the reload's second File (key 7 missed
-# before) and changes after the reload.
+# Run 1: the full load and two rounds of changes (date folders 2026/03/01 and 03/02). Run 2:
+# the table reloaded, its first File (DMS writes LOAD00000001 again: new bytes at the same
+# path); key 4 was deleted at the source without a change, key 1 changed without one. Run 3:
+# the reload's second File (key 7 missed before) and changes after the reload (2026/03/03).
 RELOAD_FILES = [
     (1, "LOAD00000001.csv", [(None, LOAD_TIME, k, n) for k, n in
                              ((1, "Ann"), (2, "Bob"), (3, "Cid"), (4, "Dot"))]),
@@ -236,22 +240,22 @@ RELOAD_FILES = [
         ("U", "2026-03-01 07:59:00.000000", 1, "Ann-1"),
         ("D", "2026-03-01 07:59:01.000000", 2, "Bob"),
         ("I", "2026-03-01 07:59:02.000000", 5, "Eve")]),
-    (1, "2026/03/01/20260301-090000000.csv", [
-        ("U", "2026-03-01 08:59:00.000000", 3, "Cid-2"),
-        ("I", "2026-03-01 08:59:01.000000", 6, "Fay"),
-        ("U", "2026-03-01 08:59:02.000000", 5, "Eve-2")]),
+    (1, "2026/03/02/20260302-090000000.csv", [
+        ("U", "2026-03-02 08:59:00.000000", 3, "Cid-2"),
+        ("I", "2026-03-02 08:59:01.000000", 6, "Fay"),
+        ("U", "2026-03-02 08:59:02.000000", 5, "Eve-2")]),
     (2, "LOAD00000001.csv", [(None, RELOAD_TIME, k, n) for k, n in
                              ((1, "Ann-R"), (3, "Cid-2"), (5, "Eve-2"))]),
-    (3, "LOAD00000002.csv", [(None, "2026-03-01 09:30:00.000002", k, n) for k, n in
+    (3, "LOAD00000002.csv", [(None, "2026-03-02 12:00:00.000002", k, n) for k, n in
                              ((6, "Fay"), (7, "Gus"))]),
-    (3, "2026/03/01/20260301-100000000.csv", [
-        ("U", "2026-03-01 09:59:00.000000", 7, "Gus-3"),
-        ("D", "2026-03-01 09:59:01.000000", 5, "Eve-2"),
-        ("U", "2026-03-01 09:59:02.000000", 1, "Ann-3")]),
+    (3, "2026/03/03/20260303-100000000.csv", [
+        ("U", "2026-03-03 09:59:00.000000", 7, "Gus-3"),
+        ("D", "2026-03-03 09:59:01.000000", 5, "Eve-2"),
+        ("U", "2026-03-03 09:59:02.000000", 1, "Ann-3")]),
 ]  # fmt: skip
 
 
-RELOADED_AT = "20260301-093000000"  # when DMS reloaded the table (between the change Files)
+RELOADED_AT = "20260302-120000000"  # when DMS reloaded the table (between the change Files)
 
 
 def reload_fold(runs: int) -> dict[int, str]:
