@@ -7,6 +7,7 @@ branches on the target type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
@@ -49,6 +50,15 @@ class StagedBatch:
     process_id: str
     staged_at: datetime
     effective_dates: dict[str, date] = field(default_factory=dict)  # snapshot: hash -> date
+    # Staged in one pass (writer.reads_back): called with the rows the append committed, before
+    # the manifest; it fills ``counts`` from them, or raises Restage (the writer then deletes
+    # what it appended, and staging checks the Files first, in two passes).
+    appended: Callable[[DataFrame], None] | None = None
+
+
+class Restage(Exception):  # noqa: N818 - a signal, not an error
+    """A batch staged in one pass holds a bad row, a duplicate or a conflict: its rows are
+    removed and its Files staged again the way that finds and names them."""
 
 
 def staged_types(entity: Entity) -> dict[str, str]:
@@ -90,6 +100,12 @@ class StagingWriter:
 
     # Characters the destination cannot store in a string: a value holding one is bad input.
     forbidden_characters: ClassVar[dict[str, str]] = {}
+
+    @property
+    def reads_back(self) -> bool:
+        """Whether the writer can read back the rows one append committed (StagedBatch.appended):
+        then staging checks what it wrote instead of reading the Files twice."""
+        return False
 
     def write(self, spark: SparkSession, batch: StagedBatch) -> None:  # pragma: no cover
         raise NotImplementedError

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from runner.contract import lineage_columns, lineage_on
-from runner.destinations.base import FileToStage, StagedBatch, StagingWriter
+from runner.destinations.base import FileToStage, Restage, StagedBatch, StagingWriter
 from runner.entities import INTEGER_TYPES, Entity
 from runner.entities import Column as EntityColumn
 from runner.errors import ConfigError, IntegrityError
@@ -706,6 +706,17 @@ def _stage_group(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if _one_pass_fits(entity, files, writer, reload):
+        try:
+            with _session_conf(spark, {SPLIT: WHOLE_FILE, OPEN_COST: WHOLE_FILE}):
+                _stage_in_one_pass(
+                    spark, entity, header, whole, files, process_id, ingested_at, result,
+                    writer, file_identity, orders,
+                )  # fmt: skip
+            return
+        except Restage:
+            log.info("%s: a File holds a bad row, a duplicate or a conflict; checking each "
+                     "File before staging it", entity.name)  # fmt: skip
     lineage = lineage_columns()
     paths = [literal_path(str(f.source)) for f in files]
     raw = _read(spark, entity, header, paths, file_identity, whole)
@@ -874,6 +885,148 @@ def _stage_group(
     for f in good:
         synthetic = int(carrier is not None and carrier[0] is f)
         result.staged[f.file_id] = counts.get(f.content_hash, 0) - synthetic
+
+
+#: One pass: each File read whole by a task of its own (a task's ids are then the File's rows).
+SPLIT = "spark.sql.files.maxPartitionBytes"
+OPEN_COST = "spark.sql.files.openCostInBytes"
+WHOLE_FILE = str(1 << 40)
+#: Staged in one pass: batches of at most this many Files, each at most this large (more,
+#: smaller Files are packed into tasks by the two passes; a larger File is split among tasks).
+ONE_PASS_FILES = 64
+ONE_PASS_BYTES = 128 << 20
+
+
+def _one_pass_fits(
+    entity: Entity,
+    files: list[FileToStage],
+    writer: StagingWriter,
+    reload: reloads.ReloadPlan | None,
+) -> bool:
+    """Whether a group is staged in one pass: a change entity of CSV, JSON or Parquet Files,
+    a writer that reads back what it appended, local Files, few enough and none too large."""
+    if not writer.reads_back or entity.mode != "cdc" or entity.format == "debezium":
+        return False
+    if reload is not None and reload.starts and not reload.carried:
+        return False  # a reload's truncate row is written by the two passes
+    local = [f.source for f in files if isinstance(f.source, Path)]
+    if len(files) > ONE_PASS_FILES or len(local) != len(files):
+        return False
+    return all(p.stat().st_size <= ONE_PASS_BYTES for p in local)
+
+
+def _stage_in_one_pass(
+    spark: SparkSession,
+    entity: Entity,
+    header: list[str],
+    whole: bool,
+    files: list[FileToStage],
+    process_id: str,
+    ingested_at: datetime,
+    result: StageResult,
+    writer: StagingWriter,
+    file_identity: str,
+    orders: dict[int, str],
+) -> None:
+    """Read, check and write every File once: each File is one task, so a row's place in its
+    File is its id's place in the task; the bad rows are counted (an observation) while the
+    good ones are written; then the written rows' narrow columns tell each File's count and
+    whether a File holds one key and sequence twice. Anything found raises Restage: the
+    writer removes what it appended and the two passes name it."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    raw = _read(spark, entity, header, [literal_path(str(f.source)) for f in files],
+                file_identity, whole)  # fmt: skip
+    typed = _typed(raw, entity, header).withColumn(ERROR, _error(entity, writer))
+    read = Observation(f"cdc_stage_{id(typed)}")
+    typed = typed.observe(
+        read, F.count(F.lit(1)).alias("rows"), F.count_if(F.col(ERROR).isNotNull()).alias("bad")
+    )
+    spellings = [
+        (uri, f.content_hash, f.path.name, str(f.path), orders.get(f.file_id))
+        for f in files
+        for uri in _file_spellings(f)
+    ]
+    by_file = spark.createDataFrame(
+        spellings,
+        f"{FILE_URI} string, {FILE_VALUES[0]} string, {FILE_VALUES[1]} string, "
+        f"{FILE_VALUES[2]} string, {FILE_ORDER} string",
+    )
+    task_row = F.col(ID) - F.shiftleft(F.shiftright(F.col(ID), 33), 33)
+    rows = (
+        typed.where(F.col(ERROR).isNull())
+        .join(F.broadcast(by_file), [FILE_URI], "inner")
+        .withColumn(lineage["row_number"], task_row + F.lit(1))
+        .withColumn(lineage["process_id"], F.lit(process_id))
+        .withColumn(lineage["ingested_at"], F.lit(ingested_at).cast("timestamp"))
+        .withColumn(lineage["operation"], _op_map(entity)[F.col(RAW + entity.operation_column)])
+        .withColumn(lineage["sequence"], F.col(_sequence_of(entity)))
+    )
+    if entity.ordered_by_line:
+        rows = rows.withColumn(lineage["sequence"], _by_line(entity))
+    business = [c.name for c in entity.columns]
+    out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
+        lineage["file_hash"], lineage["sequence"]
+    )
+    counts = {f.content_hash: 0 for f in files}
+
+    def check(appended: DataFrame) -> None:
+        seen = read.get
+        if int(seen.get("bad") or 0):
+            raise Restage()
+        counts.update(_written_counts(spark, entity, appended))
+        if sum(counts.values()) != int(seen.get("rows") or 0):
+            raise Restage()  # a row not matched to its File, or a key and sequence twice
+        for f in files:
+            if not counts.get(f.content_hash) and _has_data_rows(f.source, entity):
+                raise Restage()  # Spark read no rows of it: said by the two passes
+
+    writer.write(
+        spark,
+        StagedBatch(entity, out, files, counts, process_id, ingested_at, appended=check),
+    )
+    for f in files:
+        result.staged[f.file_id] = counts.get(f.content_hash, 0)
+    log.debug("staged %d Files of %s in one pass", len(files), entity.name)
+
+
+def _file_spellings(f: FileToStage) -> set[str]:
+    """The strings Spark may name a local File by (``input_file_name()``)."""
+    assert isinstance(f.source, Path)
+    plain = {str(f.source.resolve()), str(f.source)}
+    encoded = {quote(p) for p in plain}
+    return {*plain, *(f"file:{p}" for p in plain | encoded),
+            *(f"file://{p}" for p in plain | encoded)}  # fmt: skip
+
+
+def _written_counts(spark: SparkSession, entity: Entity, appended: DataFrame) -> dict[str, int]:
+    """Rows per File hash among ``appended``, where no File holds one key and sequence on two
+    rows (a duplicate or a conflict raises Restage). Reads the narrow columns only."""
+    from pyspark.sql import functions as F
+
+    lineage = lineage_columns()
+    file_hash = F.col(lineage["file_hash"])
+    if entity.ordered_by_line:  # every row its own place: never twice
+        found = appended.groupBy(file_hash.alias("f")).count().collect()
+        return {r["f"]: int(r["count"]) for r in found}
+    group = F.xxhash64(file_hash, *[F.col(k) for k in entity.keys], F.col(lineage["sequence"]))
+    view = f"__cdc_written_{id(appended)}"
+    appended.select(file_hash.alias("f"), group.alias("kh")).createOrReplaceTempView(view)
+    try:
+        found = spark.sql(
+            f"""
+            SELECT f, kh, grouping(f) AS by_key, count(*) AS n FROM {view}
+            GROUP BY GROUPING SETS ((f), (kh))
+            HAVING by_key = 0 OR n > 1
+            """
+        ).collect()
+    finally:
+        spark.catalog.dropTempView(view)
+    if any(r["by_key"] == 1 for r in found):
+        raise Restage()
+    return {r["f"]: int(r["n"]) for r in found}
 
 
 def _reload_truncate(

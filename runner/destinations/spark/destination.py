@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from runner.contract import contract, lineage_columns, state_table
 from runner.destinations.base import (
     Destination,
+    Restage,
     StagedBatch,
     StagingWriter,
     manifest_rows,
@@ -30,7 +31,7 @@ from runner.errors import ConfigError, IntegrityError, TransientError, disk_full
 from runner.staging.schema import normal
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from runner.entities import Entity
 
@@ -308,18 +309,30 @@ class SparkTableWriter(StagingWriter):
         lineage = lineage_columns()
         _ensure_namespace(spark, self._name(entity.staging_schema)[0])
         table, plain = self._name(entity.staging_schema, entity.staging_table)
-        created = not spark.catalog.tableExists(plain) and _create_unless_there(
-            out.limit(0).writeTo(table).using(self.table_format).create
+        # From the entity's types when rows are observed while written: a query of the rows
+        # before the append (even an empty one) would take the observation.
+        make = (
+            partial(self._create_empty, spark, table, entity)
+            if batch.appended is not None
+            else out.limit(0).writeTo(table).using(self.table_format).create
         )
+        created = not spark.catalog.tableExists(plain) and _create_unless_there(make)
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
         if not created:
             self._evolve(spark, table, plain, entity)
         if hashes and not created:  # a new table holds no earlier rows
             spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
-        expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
         before = self._last_commit(spark, table)
         out.writeTo(table).append()
         after = self._last_commit(spark, table)
+        if batch.appended is not None:
+            try:
+                batch.appended(self._appended(spark, plain, before, after))
+            except Restage:
+                if hashes:
+                    spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
+                raise
+        expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
         if expected and after == before:
             raise IntegrityError(f"appending {expected} rows to {table} committed nothing")
         if after is not None and after != before and int(after[1]) != expected:
@@ -327,6 +340,29 @@ class SparkTableWriter(StagingWriter):
                 f"{table}: the append committed {after[1]} rows, {expected} were staged"
             )
         self._manifest(spark, batch)
+
+    @property
+    def reads_back(self) -> bool:
+        return self.table_format == "iceberg"
+
+    @staticmethod
+    def _appended(
+        spark: SparkSession,
+        plain: str,
+        before: tuple[int, str] | None,
+        after: tuple[int, str] | None,
+    ) -> DataFrame:
+        """The rows one append committed: the data files of the snapshots after ``before`` up
+        to ``after`` (Iceberg's incremental read), none when it committed nothing."""
+        if after is None or after == before:
+            return spark.table(plain).limit(0)
+        if before is None:  # the table's first snapshot: all of it
+            return spark.read.option("snapshot-id", str(after[0])).table(plain)
+        return (
+            spark.read.option("start-snapshot-id", str(before[0]))
+            .option("end-snapshot-id", str(after[0]))
+            .table(plain)
+        )
 
     def table_columns(self, spark: SparkSession, entity: Entity) -> dict[str, str] | None:
         plain = self._name(entity.staging_schema, entity.staging_table)[1]
@@ -353,14 +389,16 @@ class SparkTableWriter(StagingWriter):
         if spark.catalog.tableExists(plain):
             return
         _ensure_namespace(spark, self._name(entity.staging_schema)[0])
+        _create_unless_there(partial(self._create_empty, spark, table, entity))
+
+    def _create_empty(self, spark: SparkSession, table: str, entity: Entity) -> None:
+        """Create the entity's staging table from its declared types, empty."""
         # As staging writes them: char(n) and varchar(n) values are Spark strings.
         types = {
             c: re.sub(r"^(var)?char\(\d+\)$", "string", t) for c, t in staged_types(entity).items()
         }
         schema = ", ".join(f"`{c}` {t}" for c, t in types.items())
-        _create_unless_there(
-            spark.createDataFrame([], schema).writeTo(table).using(self.table_format).create
-        )
+        spark.createDataFrame([], schema).writeTo(table).using(self.table_format).create()
 
     def _last_commit(self, spark: SparkSession, table: str) -> tuple[int, str] | None:
         """(commit id, rows it added) of the table's newest commit."""
