@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,21 @@ TARGET_PHASES = {
 }
 
 
+STAGING = "{{ source('cdc_staging', 'customers') }}"
+
+
+def _written_not_published(cli) -> set[str]:  # noqa: ANN001
+    """Files whose rows are in the staging table but not in the staged-files manifest."""
+    # None: the manifest table is not made yet (its first write was the one killed)
+    published = cli.read_here("{{ source('cdc_state', 'staged_files') }}") or []
+    manifest = {r["file_hash"] for r in published}
+    return {r["_cdc_file_hash"] for r in cli.table(STAGING)} - manifest
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) - 1  # the header row
+
+
 def _killed(cli, phase: str, *args: str) -> None:  # noqa: ANN001
     """Run `runner ARGS` under kill_at.py; wait until it and every child (the JVM) are gone."""
     code, _, err = run_at(KILL_AT, phase, cli, "--target", cli.target, *args)
@@ -71,12 +87,20 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
         for i in batch:  # two new Files before each phase, the rest before the last
             landed.append(files[i].rename(landing / "customers" / files[i].name))
         _killed(cli, phase, command, "--landing", str(landing))
+        if phase == "stage-before-manifest" and target == "local":
+            unpublished = _written_not_published(cli)  # the append committed, no manifest
         again = cli.runner(command, "--landing", str(landing))  # at once: no lease to wait out
         files_now = audit_rows(cli, "select path, state, attempts from files")
         assert {Path(p).name: (s, a) for p, s, a in files_now} == {
             p.name: (state, 1) for p in landed
         }, (phase, again.stdout, again.stderr)
         if phase == "stage-before-manifest" and target == "local":
+            # Staging writes each File in one pass: killed between its append and the
+            # manifest that publishes it, the apply reads none of its rows; run again, each
+            # File's rows are in the staging table once, as many as its lines.
+            assert unpublished and not _written_not_published(cli)
+            staged = Counter(r["_cdc_file_name"] for r in cli.table(STAGING))
+            assert staged == {p.name: _lines(p) for p in landed}, staged
             # Staged, not applied: two builds race to apply them (class 2 on local Spark).
             two_builds_at_once(cli)
 
