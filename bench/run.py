@@ -439,7 +439,7 @@ def main() -> None:
     import snapshot
 
     sizes = args.sizes or (
-        [50_000] if args.quick else [300_000, 1_000_000, 10_000_000, report.LARGEST]
+        [50_000] if args.quick else [300_000, 1_000_000, 10_000_000, report.LARGEST, report.HUGE]
     )
     rows = 50_000 if args.quick else 300_000
     mib = args.mib or (64 if args.quick else 2048)
@@ -472,7 +472,11 @@ def main() -> None:
     if "one_big_file" in args.parts:
         t0 = time.perf_counter()
         results["one_big_file"] = processes.one_big_file(
-            data, generated(data, sizes[-1]) / "customers", work, mib, args.repeat
+            data,
+            generated(data, min(sizes[-1], report.LARGEST)) / "customers",
+            work,
+            mib,
+            args.repeat,
         )
         done("one_big_file", t0)
     in_process = [p for p in PARTS[2 : PARTS.index("memory")] if p in args.parts]
