@@ -891,8 +891,9 @@ def _stage_group(
 SPLIT = "spark.sql.files.maxPartitionBytes"
 OPEN_COST = "spark.sql.files.openCostInBytes"
 WHOLE_FILE = str(1 << 40)
-#: Staged in one pass: batches of at most this many Files, each at most this large (more,
-#: smaller Files are packed into tasks by the two passes; a larger File is split among tasks).
+#: Staged in one pass: batches of at most this many Files, none larger than this or than a
+#: quarter of the batch (more, smaller Files are packed into tasks by the two passes; a File
+#: larger than that is split among tasks by them).
 ONE_PASS_FILES = 64
 ONE_PASS_BYTES = 128 << 20
 
@@ -912,7 +913,9 @@ def _one_pass_fits(
     local = [f.source for f in files if isinstance(f.source, Path)]
     if len(files) > ONE_PASS_FILES or len(local) != len(files):
         return False
-    return all(p.stat().st_size <= ONE_PASS_BYTES for p in local)
+    sizes = [p.stat().st_size for p in local]
+    # One task per File: a File much larger than the others would be one long task.
+    return max(sizes, default=0) <= max(ONE_PASS_BYTES, sum(sizes) // 4)
 
 
 def _stage_in_one_pass(
