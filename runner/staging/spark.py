@@ -979,7 +979,7 @@ def _stage_in_one_pass(
         seen = read.get
         if int(seen.get("bad") or 0):
             raise Restage()
-        counts.update(_written_counts(spark, entity, appended))
+        counts.update(_written_counts(entity, appended))
         if sum(counts.values()) != int(seen.get("rows") or 0):
             raise Restage()  # a row not matched to its File, or a key and sequence twice
         for f in files:
@@ -1004,32 +1004,22 @@ def _file_spellings(f: FileToStage) -> set[str]:
             *(f"file://{p}" for p in plain | encoded)}  # fmt: skip
 
 
-def _written_counts(spark: SparkSession, entity: Entity, appended: DataFrame) -> dict[str, int]:
+def _written_counts(entity: Entity, appended: DataFrame) -> dict[str, int]:
     """Rows per File hash among ``appended``, where no File holds one key and sequence on two
     rows (a duplicate or a conflict raises Restage). Reads the narrow columns only."""
     from pyspark.sql import functions as F
 
     lineage = lineage_columns()
     file_hash = F.col(lineage["file_hash"])
-    if entity.ordered_by_line:  # every row its own place: never twice
-        found = appended.groupBy(file_hash.alias("f")).count().collect()
-        return {r["f"]: int(r["count"]) for r in found}
-    group = F.xxhash64(file_hash, *[F.col(k) for k in entity.keys], F.col(lineage["sequence"]))
-    view = f"__cdc_written_{id(appended)}"
-    appended.select(file_hash.alias("f"), group.alias("kh")).createOrReplaceTempView(view)
-    try:
-        found = spark.sql(
-            f"""
-            SELECT f, kh, grouping(f) AS by_key, count(*) AS n FROM {view}
-            GROUP BY GROUPING SETS ((f), (kh))
-            HAVING by_key = 0 OR n > 1
-            """
-        ).collect()
-    finally:
-        spark.catalog.dropTempView(view)
-    if any(r["by_key"] == 1 for r in found):
-        raise Restage()
-    return {r["f"]: int(r["n"]) for r in found}
+    # Two narrow queries, not one of grouping sets: the counts reduce to a row per File in
+    # each task, and the check shuffles one 64-bit hash per row.
+    found = appended.groupBy(file_hash.alias("f")).count().collect()
+    if not entity.ordered_by_line:  # by the line, every row has its own place: never twice
+        group = F.xxhash64(file_hash, *[F.col(k) for k in entity.keys], F.col(lineage["sequence"]))
+        twice = appended.select(group.alias("kh")).groupBy("kh").count().where("count > 1")
+        if twice.limit(1).collect():
+            raise Restage()
+    return {r["f"]: int(r["count"]) for r in found}
 
 
 def _reload_truncate(
