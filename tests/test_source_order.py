@@ -278,12 +278,17 @@ def reload_fold(runs: int) -> dict[int, str]:
     else:
         steps = [rows for name, rows in landed if name.startswith("LOAD")] + changes(after=False)
     for rows in steps:
-        for op, _, key, name in rows:
-            if op == "D":
-                state.pop(key, None)
-            else:
-                state[key] = name
+        apply_rows(state, rows)
     return state
+
+
+def apply_rows(state: dict[int, str], rows: list[tuple]) -> None:
+    """DMS rows (op, time, id, name) applied in order: a delete removes the id."""
+    for op, _, key, name in rows:
+        if op == "D":
+            state.pop(key, None)
+        else:
+            state[key] = name
 
 
 def install_dms(cli: Any, name: str, landing: str, timestamp: bool) -> None:
@@ -353,9 +358,5 @@ def naive_dms_fold() -> dict[int, str]:
     state: dict[int, str] = {}
     files = sorted(RELOAD_FILES, key=lambda f: (not f[1].startswith("LOAD"), f[1], f[0]))
     for _, _, rows in files:
-        for op, _, key, name in rows:
-            if op == "D":
-                state.pop(key, None)
-            else:
-                state[key] = name
+        apply_rows(state, rows)
     return state

@@ -318,10 +318,11 @@ class SparkTableWriter(StagingWriter):
         )
         created = not spark.catalog.tableExists(plain) and _create_unless_there(make)
         hashes = ", ".join(f"'{f.content_hash}'" for f in batch.files if _HEX.match(f.content_hash))
+        delete = f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})"
         if not created:
             self._evolve(spark, table, plain, entity)
         if hashes and not created:  # a new table holds no earlier rows
-            spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
+            spark.sql(delete)
         before = self._last_commit(spark, table)
         out.writeTo(table).append()
         after = self._last_commit(spark, table)
@@ -330,7 +331,7 @@ class SparkTableWriter(StagingWriter):
                 batch.appended(self._appended(spark, plain, before, after))
             except Restage:
                 if hashes:
-                    spark.sql(f"DELETE FROM {table} WHERE `{lineage['file_hash']}` IN ({hashes})")
+                    spark.sql(delete)  # what the append committed
                 raise
         expected = sum(batch.counts.get(f.content_hash, 0) for f in batch.files)
         if expected and after == before:
