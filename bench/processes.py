@@ -59,15 +59,51 @@ def fresh_root(base: Path, name: str, landing: Path) -> Path:
 
 
 def env(root: Path) -> dict[str, str]:
-    """A root's environment: its own state, and its own Spark catalog schema in PostgreSQL
-    (the catalog outlives the folder: a root made again starts from a dropped catalog)."""
+    """A root's environment: its own state, its own Spark catalog schema in PostgreSQL (the
+    catalog outlives the folder: a root made again starts from a dropped catalog), and Spark
+    defaults that log each process's executor metrics (peak_heap)."""
     catalog = "cdc_bench_" + re.sub(r"[^a-z0-9_]", "_", root.name.lower())
     return {
         **os.environ,
         "CDC_HOME": str(root),
         "CDC_SCHEMA": "bench",
         "CDC_CATALOG_SCHEMA": catalog,
+        "SPARK_CONF_DIR": str(_spark_conf_dir(root)),
     }
+
+
+def _spark_conf_dir(root: Path) -> Path:
+    """A spark-defaults.conf (read by every Spark the root's processes start, both sides
+    alike) that writes an event log with each stage's and task's peak executor metrics, the
+    JVM's memory polled every 100 ms."""
+    conf, events = root / "spark-conf", root / "spark-events"
+    if not conf.exists():
+        conf.mkdir(parents=True)
+        events.mkdir(parents=True, exist_ok=True)
+        (conf / "spark-defaults.conf").write_text(
+            "spark.eventLog.enabled true\n"
+            f"spark.eventLog.dir {events.as_uri()}\n"
+            "spark.eventLog.logStageExecutorMetrics true\n"
+            "spark.executor.metrics.pollingInterval 100ms\n"
+        )
+    return conf
+
+
+def peak_heap(root: Path) -> int:
+    """The highest JVM heap in use (bytes) that Spark's executor metrics recorded in the root's
+    event logs: per stage and per task, polled while tasks run (local mode: the driver's JVM)."""
+    peak = 0
+    for log in (root / "spark-events").iterdir():
+        with log.open(encoding="utf-8") as lines:
+            for line in lines:
+                if '"JVMHeapMemory"' not in line:
+                    continue
+                event = json.loads(line)
+                for field in ("Executor Metrics", "Task Executor Metrics"):
+                    peak = max(peak, int(event.get(field, {}).get("JVMHeapMemory", 0)))
+    if not peak:
+        raise RuntimeError(f"no executor metrics in {root / 'spark-events'}")
+    return peak
 
 
 def timed(cmd: list[str], root: Path) -> tuple[float, str]:
@@ -116,13 +152,18 @@ def compare(landing: Path, work: Path, repeat: int, with_ingest: bool = True) ->
     sides: dict[str, list[float]] = {"runner_run_s": [], "handwritten_s": [], "floor_s": []}
     if with_ingest:
         sides["runner_ingest_s"] = []
+    heap: dict[str, list[float]] = {"runner_run_mib": [], "handwritten_mib": []}
     phases: dict[str, list[float]] = {}
     for i in range(repeat):
-        t, report = runner_run(fresh_root(work, f"run_{i}", landing))
+        root = fresh_root(work, f"run_{i}", landing)
+        t, report = runner_run(root)
         sides["runner_run_s"].append(t)
+        heap["runner_run_mib"].append(peak_heap(root) / 2**20)
         for name, seconds in report["phases"].items():
             phases.setdefault(name, []).append(seconds)
-        sides["handwritten_s"].append(handwritten(fresh_root(work, f"hand_{i}", landing)))
+        root = fresh_root(work, f"hand_{i}", landing)
+        sides["handwritten_s"].append(handwritten(root))
+        heap["handwritten_mib"].append(peak_heap(root) / 2**20)
         sides["floor_s"].append(handwritten(fresh_root(work, f"floor_{i}", landing), floor=True))
         if with_ingest:
             sides["runner_ingest_s"].append(runner_ingest(fresh_root(work, f"ingest_{i}", landing)))
@@ -130,6 +171,8 @@ def compare(landing: Path, work: Path, repeat: int, with_ingest: bool = True) ->
     out: dict = {k: statistics.median(v) for k, v in sides.items()}
     out["runs"] = sides
     out["phases_s"] = {k: statistics.median(v) for k, v in phases.items()}
+    out["peak_heap_mib"] = {k: statistics.median(v) for k, v in heap.items()}
+    out["peak_heap_mib"]["runs"] = heap
     out["ratio_run_to_handwritten"] = out["runner_run_s"] / out["handwritten_s"]
     if with_ingest:
         out["ratio_ingest_to_floor"] = out["runner_ingest_s"] / out["floor_s"]

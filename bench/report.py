@@ -22,6 +22,7 @@ TARGETS = {
     "apply_vs_stock_merge_spark": 1.2,
     "apply_vs_handwritten_postgres": 1.5,
     "marginal_per_row": 1.3,  # runner run's cost per row from 10M to 20M rows, vs the job's
+    "peak_heap": 1.0,  # runner run's peak JVM heap at 20M (and 50M) rows, vs the job's
     "many_small_files": 2.0,
     "snapshot_hash_vs_full_row": {"10": 1.0, "100": 0.6},  # by non-key columns
 }
@@ -85,6 +86,22 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     on.get(size, ""),
                 )
             )
+    for size in sorted(whole, key=int):
+        heap = whole[size].get("peak_heap_mib")
+        if heap is None or int(size) < LARGEST:
+            continue
+        ours, theirs = heap["runner_run_mib"], heap["handwritten_mib"]
+        out.append(
+            (
+                f"peak JVM heap in use (Spark's executor metrics, polled every 100 ms while tasks "
+                f"run): `runner run` vs the hand-written job, {int(size):,} rows",
+                f"{ours:,.0f} MiB",
+                f"{theirs:,.0f} MiB",
+                f"{ours / theirs:.2f}x",
+                _verdict(ours / theirs, TARGETS["peak_heap"]),
+                on.get(size, ""),
+            )
+        )
     sizes = sorted(whole, key=int)
     if len(sizes) > 1 and "1000000" in whole and int(sizes[-1]) > 1_000_000:
         a = whole[sizes[-1]]["ratio_run_to_handwritten"]

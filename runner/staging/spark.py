@@ -970,8 +970,10 @@ def _stage_in_one_pass(
     if entity.ordered_by_line:
         rows = rows.withColumn(lineage["sequence"], _by_line(entity))
     business = [c.name for c in entity.columns]
+    # Each task is one File: ordered by the sequence alone (with the File's hash first, every
+    # comparison would tie on it and compare both values whole).
     out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
-        lineage["file_hash"], lineage["sequence"]
+        lineage["sequence"]
     )
     counts = {f.content_hash: 0 for f in files}
 
