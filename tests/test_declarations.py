@@ -306,7 +306,7 @@ def test_a_synthetic_entity_declaration_is_valid_and_matches_its_files(tmp_path:
 def test_real_source_settings_are_read_and_their_mistakes_reported(tmp_path: Path) -> None:
     """The examples users copy (docs/examples) load as declared; DMS's full-load Files are
     read without Op, headerless Files by the declared order; wrong shapes are each reported."""
-    from runner.staging.spark import dms_file_order
+    from runner.staging.read import dms_file_order
     from runner.staging.validate import read_header
 
     root = make_project(tmp_path / "repo")
@@ -426,7 +426,7 @@ def test_a_reload_is_told_from_the_first_full_load_by_the_batches_staged_before(
     import re
 
     from runner.staging import reloads
-    from runner.staging.spark import dms_file_order
+    from runner.staging.read import dms_file_order
 
     root = make_project(tmp_path / "repo")
     models = root / "dbt_project" / "models"

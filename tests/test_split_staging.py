@@ -69,12 +69,12 @@ def test_split_files_keep_row_numbers_duplicates_conflicts_and_bad_rows(
 
     project = Project.load(spark_project, target="local")
     entity = load_entities(project)["customers"]
-    from runner.staging.spark import BLOCK, _read
+    from runner.staging.read import BLOCK, read_files
 
     old = spark.conf.get("spark.sql.files.maxPartitionBytes")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "32768")
     try:
-        blocks = _read(spark, entity, HEADER, [str(landing / "big.csv")], whole=False)
+        blocks = read_files(spark, entity, HEADER, [str(landing / "big.csv")], whole=False)
         assert blocks.select(BLOCK).distinct().count() > 5  # really read in many blocks
 
         db = AuditDB(f"sqlite:///{tmp_path / 'audit.db'}")
