@@ -169,10 +169,9 @@ def compare(landing: Path, work: Path, repeat: int, with_ingest: bool = True) ->
             sides["runner_ingest_s"].append(runner_ingest(fresh_root(work, f"ingest_{i}", landing)))
     shutil.rmtree(work, ignore_errors=True)
     out: dict = {k: statistics.median(v) for k, v in sides.items()}
-    out["runs"] = sides
+    out["runs"] = {**sides, **heap}
     out["phases_s"] = {k: statistics.median(v) for k, v in phases.items()}
     out["peak_heap_mib"] = {k: statistics.median(v) for k, v in heap.items()}
-    out["peak_heap_mib"]["runs"] = heap
     out["ratio_run_to_handwritten"] = out["runner_run_s"] / out["handwritten_s"]
     if with_ingest:
         out["ratio_ingest_to_floor"] = out["runner_ingest_s"] / out["floor_s"]
