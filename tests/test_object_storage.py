@@ -23,6 +23,7 @@ same second (its ETag changed)."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -283,7 +284,7 @@ def test_an_abfss_root_on_azurite_is_staged_as_a_local_one(
 
 
 def test_a_watch_whose_bucket_does_not_answer_says_so_and_polls_again(
-    tmp_path: Path, aws: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, aws: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import threading
 
@@ -296,11 +297,26 @@ def test_a_watch_whose_bucket_does_not_answer_says_so_and_polls_again(
     remote_landing(root, "s3://there/dms", {"s3": {"endpoint_url": dead}})
     inv = Invocation.of(Project.load(root, target="local"))
     stop = Stop()
-    threading.Timer(2.0, stop.event.set).start()
-    with caplog.at_level("WARNING", logger="runner"):
+
+    said: list[str] = []
+
+    class StopAfterTwo(logging.Handler):  # the watch is stopped once it has said so twice
+        def emit(self, record: logging.LogRecord) -> None:
+            if "polling again" in record.getMessage():
+                said.append(record.getMessage())
+                if len(said) >= 2:
+                    stop.event.set()
+
+    handler = StopAfterTwo(logging.WARNING)
+    logging.getLogger("runner").addHandler(handler)
+    deadline = threading.Timer(120.0, stop.event.set)  # a watch that never says it again
+    deadline.start()
+    try:
         batches = watch(inv, interval=0.2, stop=stop, report=lambda _batch: None)
-    inv.close()
+    finally:
+        deadline.cancel()
+        logging.getLogger("runner").removeHandler(handler)
+        inv.close()
     assert batches == []  # nothing to do, and still watching until stopped
-    said = [r.getMessage() for r in caplog.records if "polling again" in r.getMessage()]
     assert len(said) >= 2, said
     assert said[0].startswith("landing root s3://there/dms cannot be listed"), said[0]
