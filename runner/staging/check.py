@@ -26,11 +26,39 @@ if TYPE_CHECKING:
 
 
 ERROR = "__error"
+BAD = "__bad"  # whether a row is bad (``row_is_bad``)
 H1, H2 = "__h1", "__h2"
 
 
+# A check: the condition under which a row is bad, and the message that says why.
+Check = tuple["Column", "Column"]
+
+
 def row_error(entity: Entity, writer: StagingWriter) -> Column:
-    """NULL for a good row, else why it is bad (the first reason)."""
+    """NULL for a good row, else why it is bad (the first reason). Built for the few rows a
+    message names (``explain``): every message's expression is large."""
+    from pyspark.sql import functions as F
+
+    checks, guard = row_checks(entity, writer)
+    error = F.coalesce(*[F.when(cond, message) for cond, message in checks])
+    return error if guard is None else F.when(guard, error)
+
+
+def row_is_bad(entity: Entity, writer: StagingWriter) -> Column:
+    """Whether ``row_error`` is not NULL, without building any message: the form every row is
+    tested with (a small expression, which the JVM compiles where the messages' would not be)."""
+    from pyspark.sql import functions as F
+
+    checks, guard = row_checks(entity, writer)
+    bad = F.lit(False)
+    for cond, _message in checks:
+        bad = bad | F.coalesce(cond, F.lit(False))
+    return bad if guard is None else F.coalesce(guard & bad, F.lit(False))
+
+
+def row_checks(entity: Entity, writer: StagingWriter) -> tuple[list[Check], Column | None]:
+    """Every check of a row in order (a row's reason is the first that holds), and the
+    condition under which a row is checked at all (Debezium: not a Kafka tombstone)."""
     from pyspark.sql import functions as F
 
     malformed = {
@@ -43,10 +71,10 @@ def row_error(entity: Entity, writer: StagingWriter) -> Column:
         else "wrong number of fields (the File has no header row: its fields are the declared "
         "columns, in order)",
     )
-    checks = [F.when(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
+    checks: list[Check] = [(F.col(CORRUPT).isNotNull(), F.lit(malformed))]
     debezium = entity.format == "debezium"
     if debezium:
-        checks.append(F.col(ENVELOPE))
+        checks.append(said(F.col(ENVELOPE)))
 
     def named(column: str) -> str:
         return f"field {column_field(entity, column)!r}" if debezium else f"column {column!r}"
@@ -66,17 +94,15 @@ def row_error(entity: Entity, writer: StagingWriter) -> Column:
         raw_col = F.col(RAW + col.name)
         if col.name in entity.keys and truncate is not None:
             # A truncate is of the whole table: its key columns may be empty.
-            checks.append(F.when(raw_col.isNull() & ~truncate, null_key(col.name, "a key")))
+            checks.append((raw_col.isNull() & ~truncate, null_key(col.name, "a key")))
         elif col.name in entity.keys or col.name in entity.sequence_columns:
             what = "a key" if entity.is_snapshot else "a key or sequence"
-            checks.append(F.when(raw_col.isNull(), null_key(col.name, what)))
+            checks.append((raw_col.isNull(), null_key(col.name, what)))
         elif eff is not None and col.name == eff.column:
-            checks.append(
-                F.when(raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date"))
-            )
+            checks.append((raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date")))
         if col.data_type not in ("string",):
             checks.append(
-                F.when(
+                (
                     raw_col.isNotNull() & F.col(col.name).isNull(),
                     F.concat(
                         F.lit(f"{named(col.name)}: cannot cast "),
@@ -85,24 +111,22 @@ def row_error(entity: Entity, writer: StagingWriter) -> Column:
                     ),
                 )
             )
-            checks.append(changed_by_cast(named(col.name), raw_col, col.data_type))
+            if (changed := changed_by_cast(named(col.name), raw_col, col.data_type)) is not None:
+                checks.append(changed)
         for char, why in writer.forbidden_characters.items():
             if entity.format != "parquet" or col.data_type == "string":
                 checks.append(
-                    F.when(
-                        F.instr(raw_col.cast("string"), char) > 0,
-                        F.lit(f"{named(col.name)}: {why}"),
-                    )
+                    (F.instr(raw_col.cast("string"), char) > 0, F.lit(f"{named(col.name)}: {why}"))
                 )
     if entity.is_snapshot:
-        return F.coalesce(*checks)
+        return checks, None
     if debezium and (negative := negative_sequence(entity)) is not None:
-        checks.append(negative)
-    if not debezium and entity.sequence_ties:
-        checks.append(unsortable_sequence(entity))
+        checks.append(said(negative))
+    if not debezium and (unsortable := unsortable_sequence(entity)) is not None:
+        checks.append(unsortable)
     op_raw = F.col(RAW + entity.operation_column)
     checks.append(
-        F.when(
+        (
             op_raw.isNull() | op_map(entity)[op_raw].isNull(),
             F.concat(
                 F.lit(f"{named(entity.operation_column)}: unknown operation code "),
@@ -111,9 +135,12 @@ def row_error(entity: Entity, writer: StagingWriter) -> Column:
             ),
         )
     )
-    if debezium:
-        return F.when(~F.col(TOMBSTONE), F.coalesce(*checks))
-    return F.coalesce(*checks)
+    return checks, (~F.col(TOMBSTONE) if debezium else None)
+
+
+def said(message: Column) -> Check:
+    """A check given as its message or NULL."""
+    return message.isNotNull(), message
 
 
 @dataclass
@@ -173,7 +200,7 @@ def scan_stats(
     eff = entity.effective_date
     snapshot = entity.is_snapshot
     tombstone = F.col(TOMBSTONE) if entity.format == "debezium" else F.lit(False)
-    bad = row_error(entity, writer).isNotNull()
+    bad = row_is_bad(entity, writer)
     # Ties broken by the line: every row its own group (no duplicates, no conflicts).
     by_line = entity.ordered_by_line
     sequence = F.lit(None) if snapshot or by_line else F.col(sequence_of(entity))
@@ -312,41 +339,48 @@ def written_counts(entity: Entity, appended: DataFrame) -> dict[str, int]:
     return {r["f"]: int(r["count"]) for r in found}
 
 
-def unsortable_sequence(entity: Entity) -> Column:
-    """Why a sequence value cannot be ordered as text (a negative number), or NULL."""
+def unsortable_sequence(entity: Entity) -> Check | None:
+    """A sequence value that cannot be ordered as text (a negative number), when the entity
+    breaks ties by the line."""
     from pyspark.sql import functions as F
 
+    if not entity.sequence_ties:
+        return None
     t = entity.column(entity.sequence).data_type.lower()
     if not (t in INTEGER_TYPES or t.startswith("decimal")):  # float, double: refused (entities)
-        return F.lit(None).cast("string")
-    return F.when(
+        return None
+    return (
         F.col(entity.sequence) < 0,
         F.lit(f"column {entity.sequence!r}: a negative sequence (ties: line orders it as text)"),
     )
 
 
-def changed_by_cast(named: str, raw: Column, data_type: str) -> Column:
-    """NULL, or why casting ``raw`` to ``data_type`` would store a different value than the File
-    holds (Spark rounds 10.005 into decimal(12,2) and truncates 1.5 into int without a word)."""
+def changed_by_cast(named: str, raw: Column, data_type: str) -> Check | None:
+    """A value that casting ``raw`` to ``data_type`` would store differently than the File holds
+    (Spark rounds 10.005 into decimal(12,2) and truncates 1.5 into int without a word); None for
+    a type that stores every value it casts unchanged."""
 
     from pyspark.sql import functions as F
 
     text = F.trim(raw.cast("string"))
     cast = raw.cast(data_type)
+    # A value written as Spark writes what it stores is stored unchanged: most values are, and
+    # that comparison is far cheaper than the tests below, which only the others reach.
+    written_as_stored = text == cast.cast("string")
     changed: Column | None = None
     t = data_type.lower()
     if t in ("tinyint", "smallint", "int", "integer", "bigint"):
-        changed = ~text.rlike(r"^[+-]?[0-9]+(\.0*)?$")
+        changed = ~written_as_stored & ~text.rlike(r"^[+-]?[0-9]+(\.0*)?$")
     elif t.startswith("decimal"):
         m = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", t)
         scale = int(m.group(2)) if m else 0
         fraction = F.regexp_extract(text, r"^[+-]?[0-9]*\.([0-9]*)$", 1)
-        changed = F.when(
+        changed = ~written_as_stored & F.when(
             text.rlike(r"^[+-]?[0-9]*\.?[0-9]*$"),
             F.substring(fraction, scale + 1, 1 << 20).rlike("[1-9]"),
         ).otherwise(raw.cast("decimal(38,18)") != cast)
     elif t == "date":
-        changed = raw.cast("timestamp") != cast.cast("timestamp")
+        changed = ~written_as_stored & (raw.cast("timestamp") != cast.cast("timestamp"))
     elif t in ("timestamp", "timestamp_ntz"):
         changed = text.rlike(r"[.,][0-9]{6}[0-9]*[1-9]")  # beyond microseconds
     elif t in ("float", "double"):
@@ -355,8 +389,8 @@ def changed_by_cast(named: str, raw: Column, data_type: str) -> Column:
         width = int(t[t.index("(") + 1 : -1])
         changed = F.length(raw.cast("string")) > width
     if changed is None:
-        return F.lit(None).cast("string")
-    return F.when(
+        return None
+    return (
         raw.isNotNull() & cast.isNotNull() & changed,
         F.concat(
             F.lit(f"{named}: "),

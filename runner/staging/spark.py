@@ -47,12 +47,13 @@ from runner.entities import Column as EntityColumn
 from runner.errors import ConfigError, IntegrityError
 from runner.staging import reloads
 from runner.staging.check import (
+    BAD,
     ERROR,
     H1,
     H2,
     at_row,
     explain,
-    row_error,
+    row_is_bad,
     scan_stats,
     written_counts,
 )
@@ -520,11 +521,9 @@ def _stage_in_one_pass(
     lineage = lineage_columns()
     raw = read_files(spark, entity, header, [literal_path(str(f.source)) for f in files],
                 file_identity, whole)  # fmt: skip
-    typed = typed_columns(raw, entity, header).withColumn(ERROR, row_error(entity, writer))
+    typed = typed_columns(raw, entity, header).withColumn(BAD, row_is_bad(entity, writer))
     read = Observation(f"cdc_stage_{id(typed)}")
-    typed = typed.observe(
-        read, F.count(F.lit(1)).alias("rows"), F.count_if(F.col(ERROR).isNotNull()).alias("bad")
-    )
+    typed = typed.observe(read, F.count(F.lit(1)).alias("rows"), F.count_if(BAD).alias("bad"))
     spellings = [
         (uri, f.content_hash, f.path.name, str(f.path), orders.get(f.file_id))
         for f in files
@@ -537,7 +536,7 @@ def _stage_in_one_pass(
     )
     task_row = F.col(ID) - F.shiftleft(F.shiftright(F.col(ID), 33), 33)
     rows = (
-        typed.where(F.col(ERROR).isNull())
+        typed.where(~F.col(BAD))
         .join(F.broadcast(by_file), [FILE_URI], "inner")
         .withColumn(lineage["row_number"], task_row + F.lit(1))
         .withColumn(lineage["process_id"], F.lit(process_id))
