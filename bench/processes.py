@@ -29,13 +29,16 @@ BIN = Path(sys.executable).parent
 DBT_SELECT = ["--select", "+customers", "--exclude", "resource_type:test"]
 
 
-def fresh_root(base: Path, name: str, landing: Path) -> Path:
-    """A project root with the repository's configuration, its own state and ``landing``."""
+def fresh_root(base: Path, name: str, landing: Path, heap: bool = False) -> Path:
+    """A project root with the repository's configuration, its own state and ``landing``;
+    with ``heap``, its Spark processes log executor metrics (``peak_heap``)."""
     from runner.destinations.spark.session import link_iceberg_jar, link_jdbc_driver
 
     root = base / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
+    if heap:
+        log_executor_metrics(root)
     shutil.copy(REPO / "profiles.example.yml", root / "profiles.yml")
     shutil.copy(REPO / "runner.yml", root / "runner.yml")
     shutil.copytree(
@@ -60,22 +63,24 @@ def fresh_root(base: Path, name: str, landing: Path) -> Path:
 
 def env(root: Path) -> dict[str, str]:
     """A root's environment: its own state, its own Spark catalog schema in PostgreSQL (the
-    catalog outlives the folder: a root made again starts from a dropped catalog), and Spark
-    defaults that log each process's executor metrics (peak_heap)."""
+    catalog outlives the folder: a root made again starts from a dropped catalog), and, in a
+    root that measures the heap (``log_executor_metrics``), its Spark defaults."""
     catalog = "cdc_bench_" + re.sub(r"[^a-z0-9_]", "_", root.name.lower())
+    conf = root / "spark-conf"
     return {
         **os.environ,
         "CDC_HOME": str(root),
         "CDC_SCHEMA": "bench",
         "CDC_CATALOG_SCHEMA": catalog,
-        "SPARK_CONF_DIR": str(_spark_conf_dir(root)),
+        **({"SPARK_CONF_DIR": str(conf)} if conf.exists() else {}),
     }
 
 
-def _spark_conf_dir(root: Path) -> Path:
+def log_executor_metrics(root: Path) -> Path:
     """A spark-defaults.conf (read by every Spark the root's processes start, both sides
     alike) that writes an event log with each stage's and task's peak executor metrics, the
-    JVM's memory polled every 100 ms."""
+    JVM's memory polled every 100 ms. Only where the heap is measured: the log costs the side
+    with more Spark jobs more."""
     conf, events = root / "spark-conf", root / "spark-events"
     if not conf.exists():
         conf.mkdir(parents=True)
@@ -147,31 +152,38 @@ def handwritten(root: Path, floor: bool = False) -> float:
     return timed([*cmd, "--floor"] if floor else cmd, root)[0]
 
 
-def compare(landing: Path, work: Path, repeat: int, with_ingest: bool = True) -> dict:
-    """Medians of ``repeat`` runs of each side on the Files under ``landing``/customers."""
+def compare(
+    landing: Path, work: Path, repeat: int, with_ingest: bool = True, heap_too: bool = False
+) -> dict:
+    """Medians of ``repeat`` runs of each side on the Files under ``landing``/customers; with
+    ``heap_too`` also the peak heap of `runner run` and of the hand-written job (their runs
+    then log executor metrics, both sides alike)."""
     sides: dict[str, list[float]] = {"runner_run_s": [], "handwritten_s": [], "floor_s": []}
     if with_ingest:
         sides["runner_ingest_s"] = []
     heap: dict[str, list[float]] = {"runner_run_mib": [], "handwritten_mib": []}
     phases: dict[str, list[float]] = {}
     for i in range(repeat):
-        root = fresh_root(work, f"run_{i}", landing)
+        root = fresh_root(work, f"run_{i}", landing, heap_too)
         t, report = runner_run(root)
         sides["runner_run_s"].append(t)
-        heap["runner_run_mib"].append(peak_heap(root) / 2**20)
+        if heap_too:
+            heap["runner_run_mib"].append(peak_heap(root) / 2**20)
         for name, seconds in report["phases"].items():
             phases.setdefault(name, []).append(seconds)
-        root = fresh_root(work, f"hand_{i}", landing)
+        root = fresh_root(work, f"hand_{i}", landing, heap_too)
         sides["handwritten_s"].append(handwritten(root))
-        heap["handwritten_mib"].append(peak_heap(root) / 2**20)
+        if heap_too:
+            heap["handwritten_mib"].append(peak_heap(root) / 2**20)
         sides["floor_s"].append(handwritten(fresh_root(work, f"floor_{i}", landing), floor=True))
         if with_ingest:
             sides["runner_ingest_s"].append(runner_ingest(fresh_root(work, f"ingest_{i}", landing)))
     shutil.rmtree(work, ignore_errors=True)
     out: dict = {k: statistics.median(v) for k, v in sides.items()}
-    out["runs"] = {**sides, **heap}
+    out["runs"] = {**sides, **(heap if heap_too else {})}
     out["phases_s"] = {k: statistics.median(v) for k, v in phases.items()}
-    out["peak_heap_mib"] = {k: statistics.median(v) for k, v in heap.items()}
+    if heap_too:
+        out["peak_heap_mib"] = {k: statistics.median(v) for k, v in heap.items()}
     out["ratio_run_to_handwritten"] = out["runner_run_s"] / out["handwritten_s"]
     if with_ingest:
         out["ratio_ingest_to_floor"] = out["runner_ingest_s"] / out["floor_s"]
