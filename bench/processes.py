@@ -76,22 +76,20 @@ def env(root: Path) -> dict[str, str]:
     }
 
 
-def log_executor_metrics(root: Path) -> Path:
+def log_executor_metrics(root: Path) -> None:
     """A spark-defaults.conf (read by every Spark the root's processes start, both sides
     alike) that writes an event log with each stage's and task's peak executor metrics, the
     JVM's memory polled every 100 ms. Only where the heap is measured: the log costs the side
     with more Spark jobs more."""
     conf, events = root / "spark-conf", root / "spark-events"
-    if not conf.exists():
-        conf.mkdir(parents=True)
-        events.mkdir(parents=True, exist_ok=True)
-        (conf / "spark-defaults.conf").write_text(
-            "spark.eventLog.enabled true\n"
-            f"spark.eventLog.dir {events.as_uri()}\n"
-            "spark.eventLog.logStageExecutorMetrics true\n"
-            "spark.executor.metrics.pollingInterval 100ms\n"
-        )
-    return conf
+    conf.mkdir(parents=True)
+    events.mkdir(parents=True)
+    (conf / "spark-defaults.conf").write_text(
+        "spark.eventLog.enabled true\n"
+        f"spark.eventLog.dir {events.as_uri()}\n"
+        "spark.eventLog.logStageExecutorMetrics true\n"
+        "spark.executor.metrics.pollingInterval 100ms\n"
+    )
 
 
 def peak_heap(root: Path) -> int:
@@ -161,7 +159,7 @@ def compare(
     sides: dict[str, list[float]] = {"runner_run_s": [], "handwritten_s": [], "floor_s": []}
     if with_ingest:
         sides["runner_ingest_s"] = []
-    heap: dict[str, list[float]] = {"runner_run_mib": [], "handwritten_mib": []}
+    heap: dict[str, list[float]] = {"runner_run_mib": [], "handwritten_mib": []} if heap_too else {}
     phases: dict[str, list[float]] = {}
     for i in range(repeat):
         root = fresh_root(work, f"run_{i}", landing, heap_too)
@@ -180,7 +178,7 @@ def compare(
             sides["runner_ingest_s"].append(runner_ingest(fresh_root(work, f"ingest_{i}", landing)))
     shutil.rmtree(work, ignore_errors=True)
     out: dict = {k: statistics.median(v) for k, v in sides.items()}
-    out["runs"] = {**sides, **(heap if heap_too else {})}
+    out["runs"] = {**sides, **heap}
     out["phases_s"] = {k: statistics.median(v) for k, v in phases.items()}
     if heap_too:
         out["peak_heap_mib"] = {k: statistics.median(v) for k, v in heap.items()}
