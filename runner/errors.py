@@ -150,17 +150,25 @@ def first_line(exc: BaseException) -> str:
 def disk_full(exc: BaseException, where: str | None = None) -> str | None:
     """One line for a write that found no space left (``where``, or where the error or the
     running SparkSession can tell), or None."""
+    place = no_space_under(exc, where)
+    if place is None:
+        return None
+    return (
+        f"no space left on device{place}: free space there, then run the same command again "
+        "(nothing half-written is kept)"
+    )
+
+
+def no_space_under(exc: BaseException, where: str | None = None) -> str | None:
+    """For a write that found no space left: " under <folder>" (``where``, or where the error
+    or the running SparkSession can tell), or "" when nothing can; None for any other error."""
     text = str(exc)
     if "No space left on device" not in text and getattr(exc, "errno", None) != errno.ENOSPC:
         return None
     found = re.search(r"(/[^\s:()\"']+)[\"']?:? \(?No space left on device", text)
     if not where:
         where = found.group(1) if found else getattr(exc, "filename", None) or _spark_warehouse()
-    place = f" under {where}" if where else ""
-    return (
-        f"no space left on device{place}: free space there, then run the same command again "
-        "(nothing half-written is kept)"
-    )
+    return f" under {where}" if where else ""
 
 
 def _spark_warehouse() -> str | None:
@@ -223,3 +231,14 @@ def classify(
             )
             return TerminalError(f"cannot be read: {line[:300]}", **where)
     return CdcError(f"{type(exc).__name__}: {first_line(exc)}", **where)
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line a command prints for an error, and a failed run's record keeps
+    (runs.detail): the runner's own message, or what a lost server, a full disk or the
+    exception's first line says."""
+    if isinstance(exc, CdcError):
+        return exc.message
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    return server_gone(exc) or disk_full(exc) or f"{type(exc).__name__}: {first_line(exc)}"

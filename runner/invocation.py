@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from audit import AuditDB
 from runner.destinations import Destination, destination_for
 from runner.entities import Entity, load_entities
-from runner.errors import ConfigError
+from runner.errors import ConfigError, error_line
 from runner.heartbeat import Heartbeat
 from runner.ids import new_process_id
 from runner.project import Project, validate_identifier
@@ -41,6 +41,11 @@ def audit_location(
     ``targets.<target>.audit_url``; the destination's default (for a postgres target, the same
     server in its own schema; otherwise a SQLite file under the state folder, one per target).
     """
+    given = "--audit-schema"
+    if schema and os.environ.get("CDC_AUDIT_SCHEMA") == schema:
+        given = "CDC_AUDIT_SCHEMA, set in the environment"
+    elif not schema and project.target_setting("audit_schema"):
+        given = f"runner.yml's targets.{project.target_name}.audit_schema"
     schema = schema or project.target_setting("audit_schema")
     url = url or project.target_setting("audit_url")
     if url:
@@ -51,7 +56,11 @@ def audit_location(
     if schema:
         validate_identifier(schema, "audit schema")
         if not url.startswith("postgresql"):
-            raise ConfigError("an audit schema can only be used with a PostgreSQL Audit DB")
+            raise ConfigError(
+                f"an audit schema ({schema}, from {given}) can only be used with a PostgreSQL "
+                f"Audit DB, not with the {project.target_name} target's: unset it, or use a "
+                "postgres target"
+            )
     return url, schema
 
 
@@ -139,6 +148,7 @@ class RecordedRun:
     inv: Invocation
     process_id: str
     outcome: str = "error"
+    detail: str | None = None  # why it failed: the line the user saw (runs.detail)
 
     @property
     def db(self) -> AuditDB:
@@ -163,6 +173,12 @@ def recorded_run(inv: Invocation, command: str) -> Iterator[RecordedRun]:
             for rec in recovery.reclaimed:
                 log.warning("%s: %s; back to %s", rec.path, rec.last_error, rec.state)
             yield run
+    except BaseException as exc:
+        if run.detail is None and not isinstance(exc, SystemExit | KeyboardInterrupt):
+            run.detail = error_line(exc)
+        elif isinstance(exc, KeyboardInterrupt):
+            run.detail = run.detail or "stopped (Ctrl-C)"
+        raise
     finally:
-        db.end_run(run.process_id, run.outcome)
+        db.end_run(run.process_id, run.outcome, run.detail)
         inv.close()

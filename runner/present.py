@@ -134,6 +134,7 @@ def runs_json(found: list[dict[str, Any]], moved: dict[str, Any]) -> list[dict[s
                 "ended_at": end.isoformat() if end else None,
                 "seconds": round((end - r["started_at"]).total_seconds(), 1) if end else None,
                 "outcome": r["outcome"],
+                "detail": r.get("detail"),
                 "files": totals,
             }
         )
@@ -143,7 +144,7 @@ def runs_json(found: list[dict[str, Any]], moved: dict[str, Any]) -> list[dict[s
 def print_runs(out: list[dict[str, Any]]) -> None:
     """One line per run: when it started (UTC), command, target, outcome, how long it took,
     what it did to Files, its process id. Where the terminal is too narrow for the id, it goes
-    on a line of its own under its run."""
+    on a line of its own under its run; a run that failed has its reason under it."""
     if not out:
         click.echo("No runs recorded yet.")
         return
@@ -175,6 +176,9 @@ def print_runs(out: list[dict[str, Any]]) -> None:
         else:
             click.echo(status_view.clip(line, width))
             click.echo(f"  {r['process_id']}")
+        if r["detail"] and r["outcome"] != "ok":  # why it failed, under it
+            said = "  " + " ".join(str(r["detail"]).split())
+            click.echo(said if width is None else status_view.clip(said, width))
 
 
 def echo_summary(entities: list[Any]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from audit import FileRecord
 from runner.dbt_invoke import dbt_command, quick_flag_source
 from runner.entities import Entity
-from runner.errors import disk_full
+from runner.errors import disk_full, first_line, no_space_under, server_gone
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
 from runner.phases import Phases
@@ -99,14 +99,88 @@ def dbt_build(
         phases.add("dbt_nodes", min(nodes, total))
     if res.success:
         return True, None
+    log_file = project.dbt_project_dir / "logs" / "dbt.log"
     if res.exception is not None:
-        return False, f"{type(res.exception).__name__}: {res.exception}"
+        said = server_gone(res.exception) or disk_full(res.exception) or first_line(res.exception)
+        kept = f"Files not applied stay STAGED (dbt's log: {log_file})"
+        return False, f"dbt build failed: {said}; {kept}"
     failed = [
-        f"{r.node.name}: {r.status}" + _hint(r.message)
+        (r.node.name, str(r.status), r.message)
         for r in results
         if str(getattr(r, "status", "")) in ("error", "fail")
     ]
-    return False, "dbt build failed: " + ("; ".join(failed) or "see dbt's output")
+    return False, build_failure(project, failed, log_file)
+
+
+def build_failure(
+    project: Project, failed: list[tuple[str, str, str | None]], log_file: Any
+) -> str:
+    """One line for a failed `dbt build`: each failed node's cause in words, what was kept
+    and what to do; dbt's and Java's detail stay in dbt's log (named) or come with --debug.
+    ``failed``: (node name, status, dbt's message) of each node that failed."""
+    causes: list[str] = []
+    todo = "run the same command again"
+    for name, status, message in failed:
+        text = message or ""
+        place = no_space_under(RuntimeError(text))
+        if place is not None:
+            causes.append(f"{name}: no space left on device{place}")
+            todo = f"free space{place or ''}, then run the same command again"
+        elif lost_a_race(text):
+            causes.append(f"{name}: another build committed to the same table at the same time")
+        elif CONNECTION_LOST.search(text):
+            where = postgres_address(project)
+            at = f" at {where}" if where else ""
+            causes.append(f"the connection to PostgreSQL{at} was lost while {name} was applied")
+            todo = "run the same command again once PostgreSQL answers"
+        else:
+            what = "test failed: " if status == "fail" else ""
+            causes.append(f"{name}: {what}{first_meaningful_line(text)}")
+            todo = "see dbt's log, mend the cause, then run the same command again"
+    return (
+        "dbt build failed: "
+        + ("; ".join(causes) or "see dbt's log")
+        + f"; Files not applied stay STAGED: {todo} (dbt's log: {log_file})"
+    )
+
+
+# A database connection lost under a build, as dbt-postgres, psycopg2 and the JDBC driver of
+# the Spark catalog's PostgreSQL word it.
+CONNECTION_LOST = re.compile(
+    r"server closed the connection unexpectedly|terminating connection due to"
+    r"|connection already closed|This connection has been closed"
+    r"|An I/O error occurred while sending to the backend|Connection to \S+ refused"
+    r"|could not connect to server|connection to server at .* failed"
+    r"|the database system is (shutting down|starting up)",
+    re.I,
+)
+
+
+def postgres_address(project: Project) -> str | None:
+    """host:port of the PostgreSQL a build talks to: the target's own, or the Spark catalog's
+    (the embedded default keeps its catalog there)."""
+    target = project.target_context
+    if target.get("type") == "postgres":
+        return f"{target.get('host', 'localhost')}:{target.get('port', 5432)}"
+    for value in (target.get("server_side_parameters") or {}).values():
+        found = re.search(r"jdbc:postgresql://([^/?\s]+)", str(value))
+        if found:
+            return found.group(1)
+    return None
+
+
+def first_meaningful_line(text: str) -> str:
+    """The line of a dbt node's message that says what went wrong: a Java or Python exception's
+    or an error class's line when there is one (dbt-spark's messages carry the JVM's whole stack
+    trace), else the first line; at most 300 characters."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("at ")]
+    said = next(
+        (ln for ln in lines if re.search(r"(Exception|Error):|\[[A-Z_]{4,}\]", ln)),
+        lines[0] if lines else "no message",
+    )
+    said = re.sub(r"^(Runtime|Database|Compilation) Error( in \w+ \S+)?:?\s*", "", said)
+    return said[:300]
 
 
 def _nodes_span(results: list[Any]) -> float:
@@ -123,14 +197,6 @@ def _nodes_span(results: list[Any]) -> float:
     first = min(t.started_at for t in steps)
     last = max(t.completed_at for t in steps)
     return max((last - first).total_seconds(), 0.0)
-
-
-def _hint(message: str | None) -> str:
-    """What a failed node's message means for the user, when the runner can tell."""
-    if lost_a_race(message):
-        return RACE_LOST_HINT
-    full = disk_full(RuntimeError(message or ""))
-    return f" ({full})" if full else ""
 
 
 # What a destination says when another writer committed to the same table first: Iceberg's
@@ -162,13 +228,16 @@ RACE_LOST_SIGNS = (
     "concurrentdeletereadexception",
     "concurrentdeletedeleteexception",
     "could not serialize access to table",
+    # the snapshot apply's own check (macros/apply/snapshot.sql: snapshot_guard_join)
+    "cdc: another build applied files of",
+    # ... and the runner's own line for any of these (build_failure)
+    "another build committed to the same table at the same time",
 )
 # Another build dropped (and purged) a scratch table this one was reading.
 SCRATCH_GONE = re.compile(
     r"__cdc_\w+`? (cannot be found|from catalog \w+: dropped by another)"
     r"|__cdc_\w+/(data|metadata)/\S+ (does not exist|not found)"
 )
-RACE_LOST_HINT = " (another build committed to the same table at the same time; run again)"
 
 
 # PostgreSQL refusing a create that dbt made only after finding the relation absent.

@@ -2,7 +2,8 @@
 the test's own stopped at one moment (the phases: tests/helpers/faults.py), as a crash or
 failover would stop it: the BigQuery emulator whose process group is CDC_TEST_BQ_PID (killed),
 else the PostgreSQL server in CDC_TEST_PG_FOLDER (tests/helpers/servers.py). The test starts
-it again."""
+it again. With CDC_TEST_PG_CUT set, that server stays up and every connection of the run is
+terminated instead (pg_terminate_backend)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ if __name__ == "__main__":
 
         def stop() -> None:
             os.killpg(pid, signal.SIGKILL)
+    elif os.environ.get("CDC_TEST_PG_CUT"):  # the server stays up; the run's connections go
+
+        def stop() -> None:
+            assert PrivatePostgres(os.environ["CDC_TEST_PG_FOLDER"]).cut_connections() > 0
     else:
         stop = PrivatePostgres(os.environ["CDC_TEST_PG_FOLDER"]).stop
     with armed(phase, stop):

@@ -10,6 +10,7 @@ Local Spark: see tests/test_crash_recovery.py, which races two builds between it
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ from helpers.scenario import oracle as scenario_oracle
 
 from runner.contract import lineage_columns, state_tables
 from runner.project import Project
+from runner.run import lost_a_race
 from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -182,3 +184,140 @@ def test_two_builds_at_once_repair_duplicate_keys_once(
     )
     names = sorted(m["file_name"] for m in for_table(markers, "customers"))
     assert names == sorted(p.name for p in good)
+
+
+HOLD_AT = Path(__file__).parent / "hold_at.py"
+Done = subprocess.CompletedProcess[str]
+
+
+@pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_two_runs_at_once_keep_every_history_exact(
+    spark,  # noqa: ANN001
+    cli_project,  # noqa: ANN001
+    tmp_path: Path,
+    target: str,
+) -> None:
+    """Two `runner run`s at once on one landing, the interleaving that once closed every open
+    version of a snapshot-mode history, made certain by a gate (tests/hold_at.py): run A is held
+    after its MERGE into accounts_history (two new extracts and two change Files in its batch),
+    before its markers, while run B runs whole (local Spark) or waits for A's lock (PostgreSQL);
+    then A goes on. On local Spark, with two more extracts, A is also held after classifying,
+    before its MERGE, while B applies them: A then fails saying it lost the race and the same
+    command run again applies nothing twice. After each, the current states and both
+    histories (snapshot and change log) equal plain-Python folds, and no version ends before
+    it starts."""
+    import sys
+    import time
+
+    from helpers.scenario import write as write_changes
+    from test_snapshot import Expected, expected_history, expected_table, read_back
+
+    from runner.entities import load_entities
+    from runner.samples.generate import SnapshotSpec, generate_snapshots
+
+    cli = cli_project(target)
+    declare(cli.root)
+    landing = cli.root / "landing"
+    (landing / "accounts").mkdir(parents=True, exist_ok=True)
+    entity = load_entities(Project.load(cli.root, target=target))["accounts"]
+    spec = SnapshotSpec(initial=30, incremental=32, days=5, seed=11)
+    days = generate_snapshots(entity, tmp_path / "generated", spec)
+    accounts, now, hist = Expected({}, {}), CurrentOracle(), HistoryOracle({})
+    schema = cli.env["CDC_SCHEMA"]
+    project = Project.load(cli.root, target=target)
+
+    def land(extracts: list[Path], rounds: tuple[dict, ...] = ()) -> list[Path]:
+        for path in extracts:
+            (landing / "accounts" / path.name).write_bytes(path.read_bytes())
+        folder = landing / "customers"
+        return [write_changes(folder / n, rows) for r in rounds for n, rows in r.items()]
+
+    def folded(extracts: list[Path], changed: list[Path]) -> None:
+        pids = dict(audit_rows(cli, "select path, staged_by from files"))
+        by_name = {Path(p).name: pid for p, pid in pids.items()}
+        accounts.pids.update(by_name)
+        hist.pids.update(by_name)
+        accounts.apply(extracts)
+        now.apply(changed)
+        hist.apply(changed)
+
+    def check() -> None:
+        got = read_back(cli)
+        assert got.table == expected_table(accounts)
+        assert got.history == expected_history(accounts)
+        assert all(v[2] is None or v[2] > v[1] for v in got.history)  # valid_to after valid_from
+        read = lambda t: read_table(target, spark, project, schema, t)  # noqa: E731
+        assert current_rows(read("customers")) == now.table()
+        assert history_rows(read("customers_changes_history")) == hist.table()
+
+    def held_and_other(phase: str) -> tuple[Done, Done]:
+        """Run A (a process) held at ``phase`` until run B has run (local Spark: in this
+        process, on the warm session) or waits for A's lock (PostgreSQL: a process); then A
+        goes on."""
+        held, go = tmp_path / f"held-{phase}", tmp_path / f"go-{phase}"
+        args = ("run", "--landing", "landing", "--target", target)
+        a = cli.start(sys.executable, str(HOLD_AT), phase, str(held), str(go), "runner", *args)
+        deadline = time.monotonic() + 600
+        while not held.exists():
+            assert a.poll() is None, a.communicate()
+            assert time.monotonic() < deadline, "run A never reached the gate"
+            time.sleep(0.2)
+        if target == "local":
+            b: Done = cli.runner("run", "--landing", "landing", ok=(0, 1))
+        else:
+            started = cli.start("runner", *args)
+            while started.poll() is None and not _waiting_on_locks(schema):
+                assert time.monotonic() < deadline, "run B neither ended nor waited"
+                time.sleep(0.2)
+        go.write_text("go")
+        out, err = a.communicate(timeout=600)
+        if target != "local":
+            said = started.communicate(timeout=600)
+            b = subprocess.CompletedProcess(args, started.returncode, *said)
+        return subprocess.CompletedProcess(a.args, a.returncode, out, err), b
+
+    first = land(days[:1], (ROUND_1,))
+    cli.runner("run", "--landing", "landing")
+    folded(days[:1], first)
+
+    def only_races(*done: Done) -> None:
+        """Each run succeeded, or failed only for a lost race (on local Spark, two builds of
+        the dbt snapshot of customers at once may also race), said in one line."""
+        for d in done:
+            if d.returncode != 0:
+                said = [ln for ln in d.stderr.splitlines() if ln.startswith("error:")]
+                assert d.returncode == 1 and len(said) == 1 and lost_a_race(said[0]), d.stderr
+                assert "Traceback" not in d.stderr and "\tat " not in d.stderr + d.stdout
+
+    changed = land(days[1:3], (ROUND_2,))
+    a, b = held_and_other("before-markers-of=accounts_history")
+    if target == "postgres":  # the second waited for the first's lock
+        assert (a.returncode, b.returncode) == (0, 0), (a.stderr[-3000:], b.stderr[-3000:])
+    only_races(a, b)
+    if a.returncode or b.returncode:  # a lost race: the same command again, nothing twice
+        cli.runner("run", "--landing", "landing")
+    folded(days[1:3], changed)
+    check()
+
+    if target == "local":  # PostgreSQL holds its lock from the classification to the COMMIT
+        land(days[3:5])
+        a, b = held_and_other("before-merge-of=accounts_history")
+        only_races(a, b)
+        assert a.returncode == 1 and "accounts_history: another build" in a.stderr, a.stderr
+        cli.runner("run", "--landing", "landing")
+        folded(days[3:5], [])
+        check()
+
+
+def _waiting_on_locks(schema: str) -> bool:
+    """A build of this PostgreSQL schema waits for a lock (WAITING: tests/helpers/oracles.py)."""
+    import psycopg2
+    from helpers.oracles import PG_URL, WAITING
+
+    conn = psycopg2.connect(PG_URL.replace("postgresql+psycopg2", "postgresql"))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(WAITING, {"schema": schema})
+            return cur.fetchone()[0] > 0
+    finally:
+        conn.close()

@@ -111,11 +111,14 @@ def test_a_full_warehouse_fails_the_run_cleanly_and_the_run_after_space_is_freed
     failed = cli.runner("run", "--landing", str(folder.parent), ok=(1, 2))
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, failed.stderr[-3000:]
-    # `dbt build failed: customers: error (no space left on device under <warehouse>: ...)`:
+    # `dbt build failed: customers: no space left on device under <warehouse>; Files not
+    # applied stay STAGED: free space under <warehouse>, then run the same command again
+    # (dbt's log: ...)`:
     # dbt's error names no file, so the line names the running SparkSession's warehouse (in a
     # `runner run` process, the project's own, which holds the folder above).
     session = spark.sparkContext.getConf().get("spark.sql.catalog.spark_catalog.warehouse")
-    assert f"customers: error (no space left on device under {session}:" in errors[0], errors
+    assert f"customers: no space left on device under {session};" in errors[0], errors
+    assert "Files not applied stay STAGED: free space under" in errors[0], errors
     assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
     (warehouse / "filler").unlink()  # space freed
     assert read(CUSTOMERS) == expected()

@@ -186,13 +186,23 @@ def test_a_root_that_cannot_be_listed_is_one_line_naming_it(
         assert len(lines) == 1 and landing in lines[0], out.stderr
         return lines[0]
 
-    assert "bucket 'nobucket' does not exist" in said(s3_endpoint, "s3://nobucket/dms")
+    lines = [said(s3_endpoint, "s3://nobucket/dms")]
+    assert "bucket 'nobucket' does not exist" in lines[-1]
     with s3_server(tmp_path / "moto-auth", check_credentials=True) as strict:
-        assert "access denied" in said(strict, "s3://there/dms")
-    assert "cannot be listed" in said(f"http://127.0.0.1:{_free_port()}", "s3://there/dms")
+        lines.append(said(strict, "s3://there/dms"))
+        assert "access denied" in lines[-1]
+    lines.append(said(f"http://127.0.0.1:{_free_port()}", "s3://there/dms"))
+    assert "cannot be listed" in lines[-1]
     db = AuditDB(f"sqlite:///{root / '.cdc' / 'local' / 'audit.db'}")
     assert db.files() == []
     db.dispose()
+    # Each run's record says why it failed, as `runner runs` shows it (newest first).
+    runs = json.loads(cli.runner("runs", "--json").stdout)
+    assert [(r["outcome"], r["detail"]) for r in runs] == [
+        ("error", line.removeprefix("error: ")) for line in reversed(lines)
+    ]
+    shown = cli.runner("runs").stdout
+    assert all(line.removeprefix("error: ")[:40] in shown for line in lines), shown
 
 
 def test_settle_leaves_out_an_object_rewritten_between_two_listings(

@@ -1,7 +1,8 @@
 """The servers a run depends on going away mid-run (issue "Faults beyond a killed runner").
 
 PostgreSQL, a server of the test's own (tests/helpers/servers.py), is stopped at one moment of
-`runner run` (through tests/down_at.py): while staging, in the apply, in reconcile. On the
+`runner run` (through tests/down_at.py): while staging and in reconcile; in the apply the run's
+connections are cut instead (pg_terminate_backend), the server staying up. On the
 postgres target it holds the tables and the Audit DB; on the embedded default (local) the
 Iceberg catalog. The run ends with a one-line error (no traceback) instead of hanging; once the
 server is back, the same command run again at once finishes: every File COMMITTED with one
@@ -11,6 +12,7 @@ where every run is a JVM, the run again after the first moment is the one stoppe
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -54,17 +56,35 @@ def server() -> object:
     pg.close()
 
 
+# The moment at which the run's connections are cut (pg_terminate_backend, the server staying
+# up) instead of the server stopping: in the apply.
+CUT_AT = "before-markers"
+
+
 def _with_server_down(cli: Cli, server: PrivatePostgres, phase: str, *args: str) -> str:
-    """`runner ARGS` with the server stopped at ``phase``: the run ends by itself, with an error
-    said in one line. Its stderr."""
-    code, out, err = run_at(DOWN_AT, phase, cli, *args)
-    assert not server.answers(), f"{phase}: the run never reached the moment ({err[-2000:]})"
+    """`runner ARGS` with the server stopped at ``phase`` (at CUT_AT: the run's connections
+    terminated): the run ends by itself, with an error said in one line (no stack trace),
+    which the run's record keeps when its Audit DB is still there. That line."""
+    cut = phase == CUT_AT
+    if cut:
+        cli.env["CDC_TEST_PG_CUT"] = "1"
+    try:
+        code, out, err = run_at(DOWN_AT, phase, cli, *args)
+    finally:
+        cli.env.pop("CDC_TEST_PG_CUT", None)
+    assert server.answers() == cut, f"{phase}: the run never reached the moment ({err[-2000:]})"
     assert code in (1, 2), (phase, code, out[-2000:], err[-3000:])
     assert "Traceback" not in err, err[-3000:]
+    assert not re.search(r"^\s+at [\w$.]+\(", out + err, re.M), (out + err)[-3000:]  # Java's
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, (phase, err[-3000:])
     assert "lost" in errors[0] and "PostgreSQL" in errors[0], errors[0]  # says what went away
     assert "run the same command again" in errors[0], errors[0]
+    if cut:  # the server named, and the run's record says why it failed
+        assert f"PostgreSQL at 127.0.0.1:{server.port} was lost while customers" in errors[0]
+        assert "Files not applied stay STAGED" in errors[0], errors[0]
+        (detail,) = audit_rows(cli, "select detail from runs order by started_at desc limit 1")
+        assert detail == (errors[0].removeprefix("error: "),), detail
     return errors[0]
 
 
@@ -96,7 +116,8 @@ def test_postgresql_going_away_mid_run_is_finished_by_running_again_once_it_is_b
         said[phase] = _with_server_down(
             cli, server, phase, "run", "--target", target, "--landing", str(landing)
         )
-        server.start()
+        if phase != CUT_AT:
+            server.start()
         if not in_process and phase != PHASES[target][-1]:
             # A process is a JVM here: the next moment's run is this one's "run it again" (it
             # gets past this moment before it reaches its own); the last is run again below.

@@ -152,6 +152,12 @@ def test_the_tutorial_runs_as_written(cli_project, part: str) -> None:  # noqa: 
                     exported[name] = val.replace("cdc_s3", bucket_schema, 1) if own else val
                 ran.append(line)
                 continue
+            if line.startswith("unset "):
+                for name in shlex.split(line)[1:]:
+                    assert name in exported, f"{line}: {name} was not exported"
+                    del exported[name]
+                ran.append(line)
+                continue
             env = on_postgres if line.endswith("--target postgres") else cli.env
             env = dict(env, **exported)
             script = " && ".join(recipe(line.split()[1])) if line.startswith("make ") else line

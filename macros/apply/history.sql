@@ -298,20 +298,23 @@
     ) as cdc_counts on cdc_counts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- if ctx.truncates %}
     left join (
-      {#- Truncates count once each (the batch holds one event per key for them). #}
-      select cdc_src.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n_truncate
-      from {{ ctx.source }} as cdc_src
-      where cdc_src.{{ ctx.lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
-        and cdc_src.{{ ctx.lin.operation }} = 'T'
-      group by cdc_src.{{ ctx.lin.file_hash }}
+      {#- Truncates count once each (the batch holds one event per key for them), and only
+          those this build recorded (history_deletes, just before): a replayed File's
+          truncate, recorded by the build that stopped, is stale like its other changes. #}
+      select cdc_del.{{ q('file_hash') }} as cdc_file_hash, count(*) as n_truncate
+      from {{ ctx.history_deletes }} as cdc_del
+      where cdc_del.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_del.{{ q('key_text') }} = ''
+        and cdc_del.{{ q('invocation_id') }} = {{ ctx.invocation }}
+        and cdc_del.{{ q('file_hash') }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+      group by cdc_del.{{ q('file_hash') }}
     ) as cdc_cuts on cdc_cuts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- endif %}
   {%- endset -%}
-  {%- set cuts = ' + coalesce(cdc_cuts.n_truncate, 0)' if ctx.truncates else '' -%}
+  {%- set cuts = 'coalesce(cdc_cuts.n_truncate, 0)' if ctx.truncates else '0' -%}
   {{ return(cdc._insert_markers(ctx, joins, {
       'rows_inserted': 'coalesce(cdc_counts.n_insert, 0)',
       'rows_updated': 'coalesce(cdc_counts.n_update, 0)',
-      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0)' ~ cuts,
-      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_new, 0)' ~ cuts,
+      'rows_deleted': 'coalesce(cdc_counts.n_delete, 0) + ' ~ cuts,
+      'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_new, 0) - ' ~ cuts,
   })) }}
 {% endmacro %}

@@ -7,7 +7,9 @@
     lock              as for change Files (PostgreSQL: an advisory lock);
     snapshot_files    the Files without a marker for this target, with their effective dates:
                       a File older than the newest one already applied is stale (it changes
-                      nothing); the others are numbered 1..n in effective-date order;
+                      nothing), and so, for a history, is every File up to the last one the
+                      history already holds (applied by a build that stopped before its
+                      markers); the others are numbered 1..n in effective-date order;
     snapshot_classify every key's hashes in the target (position 0) and in Files 1..n, in
                       order, each compared with the key's previous position: insert (new key,
                       or back after a delete), update (row hash changed), unchanged; for a full
@@ -26,7 +28,9 @@
     snapshot_markers  one Applied File Marker per File: rows inserted, updated, deleted by it;
                       rows_skipped its unchanged rows (all of them when it is stale).
 
-  The target is read for its key and row hashes only, so the cost does not grow with its width.
+  On Spark destinations the MERGE checks first that no other build applied the batch meanwhile
+  (snapshot_guard_join). The target is read for its key and row hashes only, so the cost does
+  not grow with its width.
   Each step is dispatched like the change-File steps (statements.sql); one argument, the apply
   context, with `kind` (full or delta) added.
 -#}
@@ -46,10 +50,13 @@
   {{ return(adapter.dispatch('apply_snapshot_files_sql', 'cdc')(ctx)) }}
 {% endmacro %}
 {% macro default__apply_snapshot_files_sql(ctx) %}
-  {%- set q = adapter.quote -%}
+  {%- set q, lin = adapter.quote, ctx.lin -%}
   {%- set stale -%}
     case when cdc_done.cdc_watermark is not null
          and cdc_new.{{ q('effective_date') }} < cdc_done.cdc_watermark then 1 else 0 end
+  {%- endset -%}
+  {%- set applied_stale -%}
+    case when cdc_ranked.cdc_was_stale = 1 or cdc_ranked.cdc_rank <= cdc_upto.cdc_upto then 1 else 0 end
   {%- endset -%}
   {%- set sql -%}
     with cdc_done as (
@@ -77,12 +84,49 @@
         )
         and (cdc_files.{{ q('staged_rows') }} = 0 or cdc_rows.n > 0)
     )
-    select cdc_new.*,
-      {{ stale }} as {{ q('cdc__stale') }},
+    {%- if ctx.history %},
+    cdc_seen as (
+      {#- A history's Files already in it though they have no marker (a build that stopped, or
+          was overtaken, between its MERGE and its markers): a version they opened, or one
+          they closed (its valid_to their date, its closing process theirs). -#}
+      select cdc_dest.{{ lin.file_hash }} as cdc_file_hash
+      from {{ ctx.target }} as cdc_dest
+      where cdc_dest.{{ lin.file_hash }} in (select {{ q('file_hash') }} from cdc_new)
+      union
+      select cdc_new.{{ q('file_hash') }}
+      from {{ ctx.target }} as cdc_dest
+      join cdc_new
+        on cast(cdc_dest.{{ lin.valid_to }} as date) = cdc_new.{{ q('effective_date') }}
+        and cdc_dest.{{ lin.closed_process_id }} = cdc_new.{{ q('process_id') }}
+      where not {{ cdc._is_open('cdc_dest', lin.valid_to, ctx.valid_to_current) }}
+    ),
+    {%- else %},
+    cdc_seen as (
+      select cast(null as {{ dbt.type_string() }}) as cdc_file_hash from cdc_done where 1 = 0
+    ),
+    {%- endif %}
+    cdc_ranked as (
+      select cdc_new.*, {{ stale }} as cdc_was_stale,
+        case when cdc_seen.cdc_file_hash is null then 0 else 1 end as cdc_is_seen,
+        row_number() over (
+          order by {{ stale }}, cdc_new.{{ q('effective_date') }}, cdc_new.{{ q('file_name') }}, cdc_new.{{ q('file_hash') }}
+        ) as cdc_rank
+      from cdc_new cross join cdc_done
+      left join cdc_seen on cdc_seen.cdc_file_hash = cdc_new.{{ q('file_hash') }}
+    ),
+    cdc_upto as (
+      {#- Every File up to the last one seen in the target was applied with it: stale now. -#}
+      select coalesce(max(case when cdc_is_seen = 1 then cdc_rank end), 0) as cdc_upto from cdc_ranked
+    )
+    select
+      {%- for c in ['file_hash', 'file_name', 'process_id', 'effective_date', 'cdc__rows'] %}
+      cdc_ranked.{{ q(c) }},
+      {%- endfor %}
+      {{ applied_stale }} as {{ q('cdc__stale') }},
       row_number() over (
-        order by {{ stale }}, cdc_new.{{ q('effective_date') }}, cdc_new.{{ q('file_name') }}, cdc_new.{{ q('file_hash') }}
+        order by {{ applied_stale }}, cdc_ranked.{{ q('effective_date') }}, cdc_ranked.{{ q('file_name') }}, cdc_ranked.{{ q('file_hash') }}
       ) as {{ q('cdc__pos') }}
-    from cdc_new cross join cdc_done
+    from cdc_ranked cross join cdc_upto
   {%- endset -%}
   {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
 {% endmacro %}
@@ -185,6 +229,7 @@
       left join {{ ctx.source }} as cdc_src
         on cdc_src.{{ lin.file_hash }} = cdc_file.{{ q('file_hash') }}
         and cdc_src.{{ lin.key_hash }} = cdc_keys.{{ q('cdc__key_hash') }}
+      {{ cdc.snapshot_guard_join(ctx) }}
       where cdc_keys.{{ q('cdc__final') }} is not null
     ) as {{ S }}
     on {{ D }}.{{ lin.key_hash }} = {{ S }}.{{ q('cdc__merge_key') }}
@@ -260,6 +305,7 @@
       left join {{ ctx.source }} as cdc_src
         on cdc_src.{{ lin.file_hash }} = cdc_start.{{ q('file_hash') }}
         and cdc_src.{{ lin.key_hash }} = cdc_versions.{{ key }}
+      {{ cdc.snapshot_guard_join(ctx) }}
       where cdc_versions.{{ action }} <> 'delete'
         and (cdc_versions.{{ pos }} > 0 or cdc_versions.cdc_end_pos is not null)
     ) as {{ S }}
@@ -299,4 +345,44 @@
       'rows_deleted': 'coalesce(cdc_deleted.n_delete, 0)',
       'rows_skipped': 'cdc_files.' ~ q('cdc__rows') ~ ' - coalesce(cdc_counts.n_insert, 0) - coalesce(cdc_counts.n_update, 0)',
   })) }}
+{% endmacro %}
+
+{#- Where builds of one table run side by side without a lock (Spark destinations: each
+    statement its own commit), the snapshot MERGE refuses to run on a batch another build has
+    applied since this one chose it: a batch File with a marker for this target now (its staged
+    rows are no longer unapplied), or, for a history, with versions in the target now (this
+    build's classification was made before them). The build fails, saying it lost the race,
+    and commits nothing; run again, it finds the markers. Its MERGE reads the target once, so
+    a build that commits after this check is Iceberg's conflict. '' elsewhere (PostgreSQL:
+    the advisory lock; BigQuery: one transaction). A join clause for the MERGE's source, which
+    must keep `cdc_guard.cdc_ok = 1` rows (all of them, when nothing is wrong). -#}
+{% macro snapshot_guard_join(ctx) %}
+  {{ return(adapter.dispatch('snapshot_guard_join', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__snapshot_guard_join(ctx) %}{{ return('') }}{% endmacro %}
+{% macro databricks__snapshot_guard_join(ctx) %}{{ return(cdc.spark__snapshot_guard_join(ctx)) }}{% endmacro %}
+{% macro spark__snapshot_guard_join(ctx) %}
+  {%- set q = adapter.quote -%}
+  {%- set message = 'cdc: another build applied Files of ' ~ ctx.target_name ~ ' while this build ran; run again' -%}
+  {%- set sql -%}
+    inner join (
+      select case when sum(cdc_g.cdc_n) = 0 then 1
+        else raise_error({{ cdc.sql_string(message) }}) end as cdc_ok
+      from (
+        select count(*) as cdc_n
+        from {{ ctx.batch_files }} as cdc_f
+        join {{ ctx.markers }} as cdc_m
+          on cdc_m.{{ q('file_hash') }} = cdc_f.{{ q('file_hash') }} and cdc_m.{{ q('target_table') }} = {{ ctx.this_table }}
+        where cdc_f.{{ q('cdc__stale') }} = 0
+        {%- if ctx.history %}
+        union all
+        select count(*) as cdc_n
+        from {{ ctx.batch_files }} as cdc_f
+        join {{ ctx.target }} as cdc_d on cdc_d.{{ ctx.lin.file_hash }} = cdc_f.{{ q('file_hash') }}
+        where cdc_f.{{ q('cdc__stale') }} = 0
+        {%- endif %}
+      ) as cdc_g
+    ) as cdc_guard on cdc_guard.cdc_ok = 1
+  {%- endset -%}
+  {{ return(sql) }}
 {% endmacro %}

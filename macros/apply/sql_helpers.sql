@@ -64,8 +64,16 @@
 {% macro default__scratch_relation(target, suffix) %}
   {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_' ~ suffix, type='table')) }}
 {% endmacro %}
+{#- Spark: real tables in the target's schema, so each is named for its build (dbt's
+    invocation id): two builds of one model at once never read, replace or drop each other's.
+    A build that dies leaves its own behind, which `runner maintain` drops a day later. -#}
 {% macro spark__scratch_relation(target, suffix) %}
-  {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix})) }}
+  {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix ~ '_' ~ cdc.build_tag()})) }}
+{% endmacro %}
+
+{#- This build's tag in scratch names: its invocation id, 16 hex digits. -#}
+{% macro build_tag() %}
+  {{ return((invocation_id | replace('-', '') | lower)[:16]) }}
 {% endmacro %}
 
 {#- Every scratch table an apply may create (apply/statements.sql, the steps). -#}

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from runner.errors import CdcError, disk_full, first_line, server_gone
+from runner.errors import CdcError, error_line, first_line
 from runner.invocation import Invocation
 from runner.project import Project
 
@@ -77,8 +77,7 @@ class RunnerGroup(click.Group):
             debug = _debug(ctx)
             if debug:
                 traceback.print_exc()
-            said = server_gone(exc) or disk_full(exc) or _one_line(exc)
-            click.echo(f"error: {said}", err=True)
+            click.echo(f"error: {error_line(exc)}", err=True)
             if not debug:
                 click.echo("run again with --debug for the traceback", err=True)
             ctx.exit(ExitCode.ERROR)

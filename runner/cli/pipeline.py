@@ -30,6 +30,9 @@ from runner.summary import summarize
 from runner.transactions import group_status
 from runner.watch import Stop, watch
 
+# dbt's console, silenced: its log file (dbt_project/logs/dbt.log) keeps everything.
+DBT_SILENT = ("--log-level", "none")
+
 
 @click.command()
 @global_options
@@ -106,7 +109,8 @@ def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, grou
 @click.option("--limit", default=20, show_default=True, help="The newest N runs (0: all).")
 @click.pass_obj
 def runs(obj: Context, as_json: bool, limit: int) -> None:
-    """List runs, newest first: command, target, outcome, duration, Files per state."""
+    """List runs, newest first: command, target, outcome, duration, Files per state; under a
+    run that failed, why (its error line)."""
     inv = obj.invocation()
     try:
         found = inv.db.runs()
@@ -301,7 +305,7 @@ def run(
             _ingest_args(landing, entities, settle, min_age, effective_date),
             as_json,
             interval,
-            [*dbt_args, "--quiet"] if quiet else list(dbt_args),
+            [*dbt_args, *DBT_SILENT] if quiet else list(dbt_args),
             metrics_port,
             metrics_host,
         )
@@ -310,12 +314,13 @@ def run(
     with recorded_run(obj.invocation(), "run") as rec, closing(bars) as progress:
         started = time.perf_counter()
         phases = Phases()
-        # dbt's own lines only with -v (its errors always reach stderr); with --json they
-        # would break the JSON on stdout.
+        # dbt's own lines only with -v: otherwise its log file keeps them (errors with their
+        # Java stack traces) and the runner says each failure in one line naming that file;
+        # with --json they would break the JSON on stdout.
         result = run_all(
             rec.inv,
             rec.process_id,
-            dbt_args=[*dbt_args, "--quiet"] if quiet else list(dbt_args),
+            dbt_args=[*dbt_args, *DBT_SILENT] if quiet else list(dbt_args),
             progress=progress,
             recover=False,  # recorded_run did
             **_ingest_args(landing, entities, settle, min_age, effective_date),
@@ -329,6 +334,7 @@ def run(
             rows = table_rows(rec.inv, targets)
             counts = rec.db.counts()
         rec.outcome = "ok" if result.ok else "failed"
+        rec.detail = result.dbt_error
         present.report_run(
             rec.process_id,
             result,

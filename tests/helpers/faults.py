@@ -13,6 +13,10 @@ killer or a lost machine would.
   bq-load                BigQuery: as the first load job is submitted
   bq-apply               BigQuery: as the apply script (the one writing markers) is submitted
 
+  before-markers-of=T    as before-markers, at the markers INSERT of apply model T only
+  before-merge-of=T      before the MERGE into apply model T (on PostgreSQL, whose apply is
+                         one script: before-markers-of=T)
+
 and `walk_the_stops(build, models)`: dbt builds, each stopped before a statement that writes of
 each named apply model that no build stopped before yet, until one runs to the end: every
 point between two statements of an apply path is one build's end (a run of drops of scratch
@@ -42,6 +46,24 @@ def die() -> None:
 
 class InjectedFailure(RuntimeError):
     pass
+
+
+def hold(held: Path, go: Path, limit: float = 600.0) -> Callable[[], None]:
+    """An action that writes ``held`` and waits until ``go`` exists (a gate: the test lets
+    another process run meanwhile), once."""
+    done = [False]
+
+    def action() -> None:
+        if done[0]:
+            return
+        done[0] = True
+        held.write_text(str(os.getpid()))
+        deadline = time.monotonic() + limit
+        while not go.exists():
+            assert time.monotonic() < deadline, f"never let go: {go}"
+            time.sleep(0.1)
+
+    return action
 
 
 def fail() -> None:
@@ -92,6 +114,34 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
         from audit import AuditDB
 
         patch(AuditDB, "mark_staged_many", _on_call(1, AuditDB.mark_staged_many, action))
+    elif phase.startswith(("before-markers-of=", "before-merge-of=")):
+        from dbt.adapters.postgres.connections import PostgresConnectionManager
+        from pyspark.sql import SparkSession
+
+        which, table = phase.split("=", 1)
+        into = re.compile(rf"merge\s+into\s+[`\"\w.\-]*[`\".]{re.escape(table)}[`\"]?\s", re.I)
+
+        def chosen(query: str, script: bool) -> bool:
+            if which == "before-markers-of" or script:
+                return is_marker_insert(query) and f".{table}'" in query
+            return bool(into.search(query))
+
+        spark_sql = SparkSession.sql
+        add_query = PostgresConnectionManager.add_query
+
+        def sql(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            if chosen(query, script=False):
+                action()
+            return spark_sql(self, query, *args, **kwargs)
+
+        def pg_add_query(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            result = add_query(self, query, *args, **kwargs)
+            if chosen(query, script=True):
+                action()  # the whole apply executed in the model's transaction, not committed
+            return result
+
+        patch(SparkSession, "sql", sql)
+        patch(PostgresConnectionManager, "add_query", pg_add_query)
     elif phase == "before-markers":
         from dbt.adapters.postgres.connections import PostgresConnectionManager
         from pyspark.sql import SparkSession

@@ -79,6 +79,23 @@ class PrivatePostgres:
         """Down at once: every client's connection is cut (``immediate``: as a crash would)."""
         self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
 
+    def cut_connections(self) -> int:
+        """Every other client's connection terminated (pg_terminate_backend), as an operator or
+        a failover proxy cuts them; the server stays up. How many were cut."""
+        import psycopg2
+
+        conn = psycopg2.connect(self.url)
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "select count(pg_terminate_backend(pid)) from pg_stat_activity"
+                    " where pid <> pg_backend_pid() and backend_type = 'client backend'"
+                )
+                return int(cur.fetchone()[0])
+        finally:
+            conn.close()
+
     def answers(self) -> bool:
         with socket.socket() as s:
             s.settimeout(1)

@@ -157,6 +157,10 @@ def build_session(
     _ensure_runtime(conf, project)
     ensure_schema(conf)
     conf = quiet(conf)
+    if "CDC_SPARK_LOG" not in os.environ:  # where log4j2.properties writes Spark's errors
+        logs = project.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        os.environ["CDC_SPARK_LOG"] = str(logs / "spark.log")
     # the environment's class archive mapped when there is one (class_archive)
     conf["spark.driver.extraJavaOptions"] = with_archive(conf["spark.driver.extraJavaOptions"])
     builder = SparkSession.builder.appName(app_name)
