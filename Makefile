@@ -2,12 +2,15 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-EXTRAS := dev,bigquery,databricks,s3,azure
+# What running needs (make setup), and what the tests and the other destinations add (make test).
+EXTRAS := s3
+ALL_EXTRAS := dev,bigquery,databricks,s3,azure
 
-.PHONY: setup jdbc-driver prometheus azurite demo demo-s3 test test-fast test-record lint format bench bench-quick bq-up bq-down s3-up s3-down clean help docs
+.PHONY: setup test-tools bq-install jdbc-driver prometheus azurite demo demo-s3 test test-fast test-record lint format bench bench-quick bq-up bq-down s3-up s3-down clean help docs
 
 help:
-	@echo "make setup  - .venv with everything the tests need, ./profiles.yml, Iceberg jar, Java check"
+	@echo "make setup  - .venv with what running needs, ./profiles.yml, the jars, the Spark class archive, dbt deps"
+	@echo "make test-tools - what only the tests add (every extra, Prometheus, Azurite, the BigQuery emulator); make test runs it"
 	@echo "make demo   - the main job on the embedded Spark + Iceberg default"
 	@echo "make test   - the whole test suite (needs Java 17+ and PostgreSQL on 127.0.0.1:5432)"
 	@echo "make test-fast - the tests that need no Java and no server (declarations, render, CLI, Audit DB on SQLite)"
@@ -27,8 +30,14 @@ $(BIN)/python:
 
 # pip's own chatter (setuptools' editable-install warning) goes to .venv/pip.log unless it fails.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	@echo "installing the project and its extras into $(VENV) (pip log: $(VENV)/pip.log)"
+	@echo "installing the project into $(VENV) (usually 1 to 2 minutes; pip log: $(VENV)/pip.log)"
 	@$(BIN)/pip install --quiet -e '.[$(EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+	@touch $@
+
+# Every extra: the test tools, BigQuery's and Databricks' adapters, ADLS (make test, lint, docs).
+$(VENV)/.installed-all: pyproject.toml $(VENV)/.installed
+	@echo "installing the tests' tools and every destination's adapter into $(VENV) (pip log: $(VENV)/pip.log)"
+	@$(BIN)/pip install --quiet -e '.[$(ALL_EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
 # `apt-get install` of $(1) (packages and options), waiting for another apt's lock; when the
@@ -86,45 +95,51 @@ jdbc-driver:
 # The runner's own modules byte-compiled, as pip does for an installed package: a short command
 # (a run with nothing new) then does not compile them each time, also where
 # PYTHONDONTWRITEBYTECODE keeps Python from writing them itself.
-setup: $(VENV)/.installed jdbc-driver prometheus azurite
+setup: $(VENV)/.installed jdbc-driver
 	@$(BIN)/python -m compileall -q runner audit > /dev/null
 	@$(BIN)/runner init
-	@$(BIN)/python tools/bq_emulator.py install
 	@cd dbt_project && ../$(BIN)/dbt deps --quiet
 	@echo "setup done: next, 'make demo' or 'make test'"
+
+# What only the tests use: every extra, Prometheus, Azurite and the BigQuery emulator.
+test-tools: $(VENV)/.installed-all prometheus azurite bq-install
+
+# The local BigQuery emulator's own environment (.venv-bq).
+bq-install: $(VENV)/.installed
+	@$(BIN)/python tools/bq_emulator.py install
 
 # One screen: the run's summary per entity, then the transaction group's state.
 demo: setup
 	@$(BIN)/runner run --landing landing
-	@$(BIN)/runner status --groups
+	@$(BIN)/runner status
 
 # Two workers (pytest-xdist), each with its own SparkSession; TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 
-test: setup
+test: setup test-tools
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The same, then each test's seconds into tests/durations.json (the slowest-first order and the
 # suite's ceiling: docs/testing.md).
-test-record: setup
+test-record: setup test-tools
 	CDC_TEST_RECORD=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The fast tier (tests/conftest.py marks it): no Java, no PostgreSQL, no emulator. Both are made
 # unreachable here, so a test that needs one and is not marked fails instead of passing.
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed-all
 	CDC_TEST_TIER=fast JAVA_HOME=/nonexistent CDC_PG_PORT=1 \
 	  CDC_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:1/test \
 	  $(BIN)/pytest -m fast -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 # The local BigQuery emulator the bigquery target points at by default (own venv: .venv-bq).
-bq-up: setup
+bq-up: setup $(VENV)/.installed-all bq-install
 	$(BIN)/python tools/bq_emulator.py up
 
 bq-down:
 	$(BIN)/python tools/bq_emulator.py down
 
 # A local S3 API (moto's server) for the S3 landing demo (docs/landing.md).
-s3-up: setup
+s3-up: setup $(VENV)/.installed-all
 	$(BIN)/python tools/s3_local.py up
 
 s3-down:
@@ -137,7 +152,7 @@ S3_ENV := AWS_ENDPOINT_URL=http://127.0.0.1:4566 AWS_ACCESS_KEY_ID=local AWS_SEC
 demo-s3: s3-up
 	@$(S3_ENV) $(BIN)/python tools/s3_local.py upload
 	@$(S3_ENV) $(BIN)/runner run --landing s3://landing
-	@$(BIN)/runner status --groups
+	@$(BIN)/runner status
 
 # Not part of `make test`: ratios against a baseline in one run, written to bench/results/latest.json.
 bench: setup
@@ -146,12 +161,12 @@ bench: setup
 bench-quick: setup
 	$(BIN)/python bench/run.py --quick --repeat 1 --out bench/results/quick.json
 
-lint: setup
+lint: setup $(VENV)/.installed-all
 	$(BIN)/ruff check runner audit tests bench tools
 	$(BIN)/mypy
 
 # The documentation site (mkdocs.yml): README.md is its home page, docs/ the rest.
-docs: $(VENV)/.installed
+docs: $(VENV)/.installed-all
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 format:

@@ -148,3 +148,15 @@ file_markers = Table(
     Column("invocation_id", String(64)),
     Column("recorded_by", String(36)),
 )
+
+
+# Each transaction group's state as the last run that applied it read it from its ledger (in the
+# destination): `runner status` shows it without reaching the destination.
+group_states = Table(
+    "group_states",
+    metadata,
+    Column("group_name", String(128), primary_key=True),
+    Column("state", Text, nullable=False),  # JSON: runner.transactions.GroupStatus.as_json()
+    Column("recorded_by", String(36)),
+    Column("recorded_at", DateTime(), nullable=False),
+)

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from audit.files import Files
+from audit.groups import Groups
 from audit.records import (
     MARKER_COUNTS,
     AuditError,
@@ -43,7 +44,7 @@ from audit.runs import Runs
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration's revision (tests/test_audit_states.py checks it is Alembic's head): a
 # run compares the Audit DB's revision with it and imports Alembic only to migrate.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 # Alembic's record of the revision a database is at.
 _alembic_version_t = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 
@@ -69,7 +70,7 @@ def _sqlite_begin_immediate(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-class AuditDB(Files, Runs, Retention):
+class AuditDB(Files, Runs, Retention, Groups):
     """Library API of the Audit DB; the CLI and the stages call these methods."""
 
     def __init__(

@@ -135,6 +135,7 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
     if not staged:
         return result
     markers = applied_markers(inv)
+    record_groups(inv, process_id)  # the destination is being read: the groups' ledgers too
     if not any(rec.content_hash in markers for rec in staged):
         result.waiting += len(staged)
         return result
@@ -164,6 +165,22 @@ def reconcile(inv: Invocation, process_id: str, *, skip_held: bool = False) -> R
         result.committed += 1
         result.targets[moved.path] = targets[moved.id]
     return result
+
+
+def record_groups(inv: Invocation, process_id: str) -> None:
+    """Keep each transaction group's state (watermark, held and quarantined transactions, read
+    from its ledger) in the Audit DB, where `runner status` shows it without the destination.
+    Nothing when no group is declared; a ledger that cannot be read is said and skipped."""
+    from runner.transactions import group_status
+
+    if not any(e.is_transactions for e in inv.entities.values()):
+        return
+    try:
+        found = group_status(inv)
+    except Exception as exc:  # noqa: BLE001 - the Files' reconcile goes on without it
+        log.warning("transaction groups not recorded: %s", str(exc).strip().splitlines()[:1])
+        return
+    inv.db.record_groups([g.as_json() for g in found], process_id)
 
 
 def table_rows(inv: Invocation, tables: list[str]) -> dict[str, int]:

@@ -170,17 +170,23 @@ def postgres_address(project: Project) -> str | None:
 
 
 def first_meaningful_line(text: str) -> str:
-    """The line of a dbt node's message that says what went wrong: a Java or Python exception's
-    or an error class's line when there is one (dbt-spark's messages carry the JVM's whole stack
-    trace), else the first line; at most 300 characters."""
+    """The line of a dbt node's message that says what went wrong: a Java or Python exception's,
+    an error class's or a database's error line when there is one (dbt-spark's messages carry
+    the JVM's whole stack trace), else the first line but dbt's own heading; at most 300
+    characters."""
     lines = [ln.strip() for ln in text.splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith("at ")]
+    lines = [ln for ln in lines if ln and not ln.startswith("at ") and not DBT_HEADING.match(ln)]
     said = next(
-        (ln for ln in lines if re.search(r"(Exception|Error):|\[[A-Z_]{4,}\]", ln)),
+        (ln for ln in lines if re.search(r"(exception|error):|\[[A-Z_]{4,}\]", ln, re.I)),
         lines[0] if lines else "no message",
     )
-    said = re.sub(r"^(Runtime|Database|Compilation) Error( in \w+ \S+)?:?\s*", "", said)
     return said[:300]
+
+
+# dbt's heading of a node's error ("Database Error in model accounts (models/accounts.sql)").
+DBT_HEADING = re.compile(
+    r"^(Runtime|Database|Compilation|Dependency) Error in \w+ \S+( \(.*\))?:?$"
+)
 
 
 def _nodes_span(results: list[Any]) -> float:

@@ -38,6 +38,28 @@ class GroupStatus:
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GroupStatus:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def recorded_group_status(inv: Invocation) -> tuple[list[GroupStatus], Any]:
+    """Every declared group's status as the Audit DB keeps it (the last reconcile that read
+    the destination recorded it), and when the oldest of them was recorded (None: never). A
+    declared group with no record yet shows as not built."""
+    groups = [e for e in inv.entities.values() if e.is_transactions]
+    if not groups:
+        return [], None
+    kept = {r["state"]["group"]: r for r in inv.db.recorded_groups()}
+    out, times = [], []
+    for g in groups:
+        if g.name in kept:
+            out.append(GroupStatus.from_json(kept[g.name]["state"]))
+            times.append(kept[g.name]["recorded_at"])
+        else:
+            out.append(GroupStatus(g.name, sorted(g.members), ledger_name(g), False))
+    return out, (min(times) if times else None)
+
 
 def ledger_name(entity: Any) -> str:
     """The ledger model of a group: meta.cdc.ledger, else the transaction entity's name."""

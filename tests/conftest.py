@@ -265,9 +265,13 @@ def cli_project(tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
     from runner.destinations.spark.session import link_iceberg_jar
 
     def make(
-        target: str, without: tuple[str, ...] = (), shop: bool = False, processes: bool = False
+        target: str,
+        without: tuple[str, ...] = (),
+        shop: bool = False,
+        processes: bool = False,
+        folder: str = "repo",
     ) -> Cli:
-        root = make_project(tmp_path / "repo", without, shop)
+        root = make_project(tmp_path / folder, without, shop)
         link_iceberg_jar(root)
         env: dict[str, str] = {}
         if not processes:

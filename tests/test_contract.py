@@ -15,6 +15,7 @@ from helpers.oracles import customers_oracle as oracle
 from helpers.oracles import shown_customers
 from helpers.project import Cli
 
+from runner.destinations.spark.class_archive import archive_path
 from runner.samples.generate import generate_customers
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt]
@@ -31,8 +32,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.dbt]
 def test_the_documented_commands_produce_the_expected_table(
     tmp_path: Path, target: str, cli_project: Callable[[str], Cli]
 ) -> None:
-    """Exactly the forms of the README and the issues, `--target` after the subcommand."""
-    cli = cli_project(target, processes=True)
+    """Exactly the forms of the README and the issues, `--target` after the subcommand, from a
+    checkout whose path holds a space, a quote, an `@` and a non-ASCII letter (as "My Projects"
+    or "OneDrive - Company" do), set up by `runner init` as `make setup` does, with the Spark
+    class archive at such a path too; dbt also run from inside dbt_project/."""
+    cli = cli_project(target, processes=True, folder="new user's @ñ/repo")
+    archive = archive_path()
+    if archive is not None and archive.is_file():  # else `runner init` writes one there
+        cli.env["CDC_CLASS_ARCHIVE_DIR"] = str(cli.root.parent / "class archive")
+        Path(cli.env["CDC_CLASS_ARCHIVE_DIR"]).mkdir()
+        shutil.copy(archive, cli.env["CDC_CLASS_ARCHIVE_DIR"])
+    init = cli("runner", "init")
+    assert f"Spark class archive: {cli.root.parent}" in init.stdout or archive is None, init.stdout
     landing = tmp_path / "landing"
     files = generate_customers(landing / "customers", initial=40, files=3, changes_per_file=25)
     shutil.copy(files[1], landing / "customers" / "copy.csv")
@@ -46,7 +57,10 @@ def test_the_documented_commands_produce_the_expected_table(
     n = len(files) + 2
     assert f"progress phase=hash entity=customers files={n}/{n} bytes=" in out.stderr
     assert "progress phase=stage entity=customers files=" in out.stderr
-    cli("dbt", "build", "--project-dir", "dbt_project", *t)
+    inside = cli.root / "dbt_project"  # where a dbt user stands
+    cli("dbt", "build", "--profiles-dir", "..", *t, cwd=inside)
+    fresh = cli("dbt", "source", "freshness", "--profiles-dir", "..", *t, cwd=inside, ok=(0, 1))
+    assert "freshness of cdc_staging.customers" in fresh.stdout, fresh.stdout[-3000:]
     cli("runner", "reconcile", *t)
     status = {
         Path(f["path"]).name: f["state"]

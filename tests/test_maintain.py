@@ -86,6 +86,9 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         assert folder.is_dir(), folder
         kept = [p for d in folder.glob("*__cdc_*") for p in d.rglob("*") if p.is_file()]
         assert not kept, kept  # (Iceberg's purge leaves the emptied folders)
+        # What a build that died leaves (its scratch tables are named with its invocation id)
+        stray = f"customers__cdc_batch_{'0a' * 8}"
+        spark.sql(f"create table `{cli.schema}`.`{stray}` as select 1 as x")
     iceberg_before = _iceberg(spark, cli.schema, "customers__staged") if spark else None
 
     _retention(cli.root)
@@ -107,6 +110,13 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
                                 "file_events e on e.file_id = f.id group by f.state"))  # fmt: skip
     assert kept["COMMITTED"] == 0 and kept["STAGED"] > 0, kept
     if spark is not None:
+        from runner.destinations.spark.destination import drop_left_scratch
+
+        # written a moment ago, its build may be running: kept; a day later, dropped
+        assert not [t for t in done["tables"] if stray in t], done["tables"]
+        dropped = drop_left_scratch(spark, "spark_catalog", [(cli.schema, "customers")], False, 0)
+        assert dropped == [f"{cli.schema}.{stray}: scratch table of a stopped build dropped"]
+        assert not spark.catalog.tableExists(f"{cli.schema}.{stray}")
         assert _iceberg(spark, cli.schema, "customers")[1] == 1  # the newest snapshot only
         files, snaps = _iceberg(spark, cli.schema, "customers__staged")
         assert snaps == 1 and files < iceberg_before[0], (iceberg_before, (files, snaps))

@@ -451,8 +451,16 @@ def test_a_group_on_bigquery_through_the_commands(
         return json.loads(out.stdout)
 
     run_scenario(landing, ingest_files, build, lambda t: bigquery_rows(cli, t), groups)
-    # The readable form, as a user reads it.
-    text = cli("runner", "status", "--target", "bigquery").stdout
+    # The readable form, as a user reads it: after `runner reconcile` (which keeps the groups'
+    # state in the Audit DB), from the Audit DB alone.
+    cli("runner", "reconcile", "--target", "bigquery")
+    endpoint = cli.env["CDC_BQ_ENDPOINT"]
+    cli.env["CDC_BQ_ENDPOINT"] = "http://127.0.0.1:9"  # no destination answers there
+    try:
+        text = cli("runner", "status", "--target", "bigquery").stdout
+    finally:
+        cli.env["CDC_BQ_ENDPOINT"] = endpoint
+    assert "transaction groups, as of " in text, text
     # the watermark as the source's commit time: T6's END, 4,000,010 ms after the epoch
     assert "group shop_transactions (order_lines, orders): " in text, text
     assert "\n  applied up to 1970-01-01 01:06:40.010 UTC (source time)\n" in text, text

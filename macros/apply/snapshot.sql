@@ -89,16 +89,18 @@
       {#- A history's Files already in it though they have no marker (a build that stopped, or
           was overtaken, between its MERGE and its markers): a version they opened, or one
           they closed (its valid_to their date, its closing process theirs). -#}
-      select cdc_dest.{{ lin.file_hash }} as cdc_file_hash
-      from {{ ctx.target }} as cdc_dest
-      where cdc_dest.{{ lin.file_hash }} in (select {{ q('file_hash') }} from cdc_new)
-      union
-      select cdc_new.{{ q('file_hash') }}
-      from {{ ctx.target }} as cdc_dest
-      join cdc_new
-        on cast(cdc_dest.{{ lin.valid_to }} as date) = cdc_new.{{ q('effective_date') }}
-        and cdc_dest.{{ lin.closed_process_id }} = cdc_new.{{ q('process_id') }}
-      where not {{ cdc._is_open('cdc_dest', lin.valid_to, ctx.valid_to_current) }}
+      select distinct cdc_both.cdc_file_hash from (
+        select cdc_dest.{{ lin.file_hash }} as cdc_file_hash
+        from {{ ctx.target }} as cdc_dest
+        where cdc_dest.{{ lin.file_hash }} in (select {{ q('file_hash') }} from cdc_new)
+        union all
+        select cdc_new.{{ q('file_hash') }}
+        from {{ ctx.target }} as cdc_dest
+        join cdc_new
+          on cast(cdc_dest.{{ lin.valid_to }} as date) = cdc_new.{{ q('effective_date') }}
+          and cdc_dest.{{ lin.closed_process_id }} = cdc_new.{{ q('process_id') }}
+        where not {{ cdc._is_open('cdc_dest', lin.valid_to, ctx.valid_to_current) }}
+      ) as cdc_both
     ),
     {%- else %},
     cdc_seen as (

@@ -15,6 +15,7 @@ import click
 from audit import AuditDB
 from runner import metrics as prometheus
 from runner import present
+from runner import status as status_view
 from runner.cli.options import Context, ExitCode, global_options, verbose
 from runner.errors import UsageError, first_line
 from runner.ingest import ingest as run_ingest
@@ -27,11 +28,11 @@ from runner.reconcile import reconcile as run_reconcile
 from runner.reconcile import table_rows
 from runner.run import run as run_all
 from runner.summary import summarize
-from runner.transactions import group_status
+from runner.transactions import group_status, recorded_group_status
 from runner.watch import Stop, watch
 
 # dbt's console, silenced: its log file (dbt_project/logs/dbt.log) keeps everything.
-DBT_SILENT = ("--log-level", "none")
+DBT_SILENT = ("--log-level", "none", "--log-level-file", "debug")
 
 
 @click.command()
@@ -49,13 +50,14 @@ DBT_SILENT = ("--log-level", "none")
     "--groups",
     is_flag=True,
     help="Only the transaction groups: watermark, held and quarantined transactions (read "
-    "from each group's ledger in the destination).",
+    "now from each group's ledger in the destination).",
 )
 @click.pass_obj
 def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, groups: bool) -> None:
     """Show each entity's Files: how many are committed, how many wait and since when, what is
-    quarantined and why, when the last was committed; then the transaction groups. `--files`:
-    every File."""
+    quarantined and why, when the last was committed; then the transaction groups as the last
+    reconcile recorded them. Reads the Audit DB only. `--files`: every File; `--groups`: the
+    groups read now from the destination."""
     inv = obj.invocation()
     if groups:
         found = group_status(inv)
@@ -91,8 +93,8 @@ def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, grou
     present.print_status(inv.project, files, markers, now, per_file, declared)
     if entity is None:
         try:
-            found = group_status(inv)
-        except Exception as exc:  # the Files above stand; the groups need the destination
+            found, recorded = recorded_group_status(inv)
+        except Exception as exc:  # the Files above stand
             if obj.debug:
                 raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -100,6 +102,11 @@ def status(obj: Context, as_json: bool, entity: str | None, per_file: bool, grou
                 f"transaction groups: not read ({first[:200]}); try `runner status --groups`"
             )
             return
+        finally:
+            inv.close()
+        if found and recorded is not None:
+            ago = status_view.age((now - recorded).total_seconds())
+            click.echo(f"transaction groups, as of {ago} ago (`runner status --groups`: now)")
         present.print_groups(found)
 
 

@@ -207,10 +207,14 @@ def init(obj: Context) -> None:
     if not profiles.exists():
         if not example.exists():
             raise UsageError(f"{example} is missing; is {root} the repository root?")
-        profiles.write_text(own_catalog(example.read_text(), root))
+        profiles.write_text(own_home(own_catalog(example.read_text(), root), root))
         click.echo(f"wrote {profiles} from {example.name}")
     else:
         click.echo(f"kept existing {profiles}")
+        text = profiles.read_text()
+        if DEFAULT_HOME in text:  # written by an earlier setup: its paths relative to the cwd
+            profiles.write_text(own_home(text, root))
+            click.echo(f"{profiles.name}: the project's paths made absolute (CDC_HOME's default)")
         if example.exists():
 
             def targets(path: Path) -> set[str]:
@@ -245,6 +249,17 @@ def init(obj: Context) -> None:
 
 
 DEFAULT_CATALOG = "env_var('CDC_CATALOG_SCHEMA', 'cdc_catalog')"
+DEFAULT_HOME = "env_var('CDC_HOME', '.')"
+
+
+def own_home(profiles: str, root: Path) -> str:
+    """``profiles`` with this checkout's absolute path as CDC_HOME's default, so that the
+    profile's jars and warehouse are found whichever folder `dbt` runs from (inside
+    dbt_project/, as dbt users do). The path is written as a Jinja string inside a YAML
+    double-quoted string: quotes and backslashes escaped for both."""
+    jinja = str(root.resolve()).replace("\\", "\\\\").replace("'", "\\'")
+    text = jinja.replace("\\", "\\\\").replace('"', '\\"')
+    return profiles.replace(DEFAULT_HOME, f"env_var('CDC_HOME', '{text}')")
 
 
 def own_catalog(profiles: str, root: Path) -> str:

@@ -222,6 +222,7 @@ def _start(sql: str) -> str:
     """A statement's start, without dbt's query comment: what tells two statements apart."""
     text = re.sub(r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*)*", "", sql, count=1, flags=re.S)
     text = re.sub(r"__dbt_tmp\d+", "__dbt_tmp", text)  # dbt-postgres's temp names: a timestamp
+    text = re.sub(r"(__cdc_[a-z]+)_[0-9a-f]{16}\b", r"\1", text)  # Spark's scratch: the build's id
     return " ".join(text.split())[:160]
 
 

@@ -282,13 +282,18 @@ class Cli:
             **kwargs,  # type: ignore[arg-type]
         )
 
-    def __call__(self, *args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-        if self.in_process and args[0] in ("runner", "dbt"):
+    def __call__(
+        self, *args: str, ok: tuple[int, ...] = (0,), cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``args`` as a command from the project root (``cwd``: from that folder, always as a
+        process)."""
+        if self.in_process and args[0] in ("runner", "dbt") and cwd is None:
             out = self._here(args)
         else:
             out = subprocess.run(
-                args, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
-            )
+                args, cwd=cwd or self.root, env=self.env, capture_output=True, text=True,
+                timeout=900,
+            )  # fmt: skip
         assert out.returncode in ok, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
         return out
 

@@ -5,10 +5,10 @@ classes every time. The JVM can keep them mapped from an archive (CDS): `runner 
 `make setup`) writes one for the installed pyspark and Java, by running a small Spark job of
 the kinds staging and the applies run in a JVM started with ``-XX:ArchiveClassesAtExit``; every
 session the runner starts after that maps it (``-XX:SharedArchiveFile``). The archive belongs
-to the environment (it sits under ``sys.prefix``), not to a project: every checkout using the
-same environment shares it. A missing or stale archive only means a slower start: the JVM
-checks the archive against its own build and class path and runs without it if they differ
-(its message about that is switched off).
+to the environment (it sits under ``sys.prefix``, or in ``CDC_CLASS_ARCHIVE_DIR``), not to a
+project: every checkout using the same environment shares it. A missing or stale archive only
+means a slower start: the JVM checks the archive against its own build and class path and runs
+without it if they differ (its message about that is switched off).
 
 The job whose JVM writes the archive is ``runner.destinations.spark.class_archive_job``.
 """
@@ -55,7 +55,16 @@ def archive_path() -> Path | None:
     jars = Path(pyspark.__file__).parent / "jars"
     names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
     key = hashlib.sha256("\n".join([str(home.resolve()), build, *names]).encode()).hexdigest()
-    return Path(sys.prefix) / "share" / "cdc" / f"spark-{pyspark.__version__}-{key[:12]}.jsa"
+    folder = os.environ.get("CDC_CLASS_ARCHIVE_DIR") or Path(sys.prefix) / "share" / "cdc"
+    return Path(folder) / f"spark-{pyspark.__version__}-{key[:12]}.jsa"
+
+
+def java_option(option: str, path: Path | str) -> str:
+    """``-X...=path`` as one option in ``spark.driver.extraJavaOptions``, which Spark's launcher
+    splits as a shell would: the path in double quotes, its ``"`` and ``\\`` escaped, so that a
+    space, a quote or an ``@`` in a checkout's path keeps it whole."""
+    text = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    return f'{option}="{text}"'
 
 
 def with_archive(java_options: str) -> str:
@@ -67,7 +76,7 @@ def with_archive(java_options: str) -> str:
     path = archive_path()
     if path is None or not path.is_file():
         return java_options
-    return f"{java_options} -XX:SharedArchiveFile={path} {_SILENT}".strip()
+    return f"{java_options} {java_option('-XX:SharedArchiveFile', path)} {_SILENT}".strip()
 
 
 def make_archive(timeout: float = 900) -> tuple[Path, float] | None:

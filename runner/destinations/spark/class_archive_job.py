@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from runner.destinations.spark.class_archive import java_option
 from runner.destinations.spark.session import JVM_OUTPUT_TO_STDERR, installed_iceberg_jar
 
 
@@ -38,7 +39,7 @@ def main(dest: str) -> None:
             .config("spark.sql.warehouse.dir", str(work / "spark-warehouse"))
             .config(
                 "spark.driver.extraJavaOptions",
-                f"{JVM_OUTPUT_TO_STDERR} -XX:ArchiveClassesAtExit={dest}",
+                f"{JVM_OUTPUT_TO_STDERR} {java_option('-XX:ArchiveClassesAtExit', dest)}",
             )
             .getOrCreate()
         )

@@ -170,9 +170,48 @@ class SparkDestination(Destination):
         dry_run: bool = False,
         snapshot_days: float = 1.0,
     ) -> list[str]:
-        return iceberg_maintenance(
-            self._session(spark), "spark_catalog", tables, dry_run, snapshot_days
-        )
+        session = self._session(spark)
+        left = drop_left_scratch(session, "spark_catalog", tables, dry_run)
+        return left + iceberg_maintenance(session, "spark_catalog", tables, dry_run, snapshot_days)
+
+
+# An apply's scratch table on Spark (macros/apply/sql_helpers.sql: spark__scratch_relation):
+# `<model>__cdc_<step>_<16 hex digits of the build's dbt invocation id>`.
+SCRATCH = re.compile(r"^(?P<model>.+)__cdc_(files|batch|truncate|dedupe)_[0-9a-f]{16}$")
+
+
+def drop_left_scratch(
+    spark: SparkSession,
+    catalog: str,
+    tables: list[tuple[str, str]],
+    dry_run: bool,
+    age_seconds: int = 86400,
+) -> list[str]:
+    """The scratch tables of ``tables``' apply models that stopped builds left (a build drops
+    its own at its end): each one last written more than ``age_seconds`` ago (a day: no build
+    runs that long), dropped with its files."""
+    said = []
+    for schema in sorted({s for s, _ in tables}):
+        models = {t for s, t in tables if s == schema}
+        if not spark.catalog.databaseExists(schema):
+            continue
+        for row in spark.sql(f"SHOW TABLES IN {quote(schema)} LIKE '*__cdc_*'").collect():
+            name = row["tableName"]
+            found = SCRATCH.match(name)
+            if not found or found.group("model") not in models:
+                continue
+            table = quote(catalog, schema, name)
+            old = spark.sql(
+                "SELECT coalesce(max(committed_at) < current_timestamp() - INTERVAL "
+                f"{int(age_seconds)} SECONDS, true) FROM {table}.snapshots"
+            ).first()
+            if old is None or not old[0]:
+                continue  # written lately: its build may still be running
+            if not dry_run:
+                spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
+            would = "would be " if dry_run else ""
+            said.append(f"{schema}.{name}: scratch table of a stopped build {would}dropped")
+    return said
 
 
 def spark_delete_staged(
