@@ -24,6 +24,7 @@ from typing import Any
 
 from runner.dbt_invoke import parsed_manifest
 from runner.invocation import Invocation
+from runner.transactions import group_status
 
 log = logging.getLogger("runner.reconcile")
 
@@ -171,8 +172,6 @@ def record_groups(inv: Invocation, process_id: str) -> None:
     """Keep each transaction group's state (watermark, held and quarantined transactions, read
     from its ledger) in the Audit DB, where `runner status` shows it without the destination.
     Nothing when no group is declared; a ledger that cannot be read is said and skipped."""
-    from runner.transactions import group_status
-
     if not any(e.is_transactions for e in inv.entities.values()):
         return
     try:

@@ -59,8 +59,9 @@ def test_the_documented_commands_produce_the_expected_table(
     assert "progress phase=stage entity=customers files=" in out.stderr
     inside = cli.root / "dbt_project"  # where a dbt user stands
     cli("dbt", "build", "--profiles-dir", "..", *t, cwd=inside)
-    fresh = cli("dbt", "source", "freshness", "--profiles-dir", "..", *t, cwd=inside, ok=(0, 1))
-    assert "freshness of cdc_staging.customers" in fresh.stdout, fresh.stdout[-3000:]
+    if target == "local":  # the profile's jars and warehouse: paths of the local target
+        fresh = cli("dbt", "source", "freshness", "--profiles-dir", "..", *t, cwd=inside, ok=(0, 1))
+        assert "freshness of cdc_staging.customers" in fresh.stdout, fresh.stdout[-3000:]
     cli("runner", "reconcile", *t)
     status = {
         Path(f["path"]).name: f["state"]

@@ -7,9 +7,9 @@ markers and during reconcile. Each time the same command, run again right away, 
 job: no waiting for a lease, the killed run closed as `aborted`, no attempt counted against a
 File, every File STAGED (ingest) or COMMITTED with one marker (run), and in the end the table
 equals the oracle's with one marker per File. PostgreSQL is killed in every phase, local Spark
-in the two its own code decides (see TARGET_PHASES); there two `dbt build`s also race to apply
-the staged Files between the phases. The landing path has a space, an '@' and
-a non-ASCII letter (class 1 through the real CLI).
+in the two its own code decides (see TARGET_PHASES). Two runs or builds at once (class 2):
+tests/test_concurrency.py. The landing path has a space, an '@' and a non-ASCII letter (class 1
+through the real CLI).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers.faults import run_at
-from helpers.oracles import applied, two_builds_at_once
+from helpers.oracles import applied
 from helpers.oracles import customers_oracle as oracle
 from helpers.project import CHANGES_HISTORY, audit_rows
 
@@ -101,8 +101,6 @@ def test_a_run_killed_in_any_phase_is_finished_by_running_it_again(
             assert unpublished and not _written_not_published(cli)
             staged = Counter(r["_cdc_file_name"] for r in cli.table(STAGING))
             assert staged == {p.name: _lines(p) for p in landed}, staged
-            # Staged, not applied: two builds race to apply them (class 2 on local Spark).
-            two_builds_at_once(cli)
 
     assert applied(cli, landed) == oracle(landed)
     runs = [r[0] for r in audit_rows(cli, "select outcome from runs")]

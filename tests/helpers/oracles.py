@@ -122,25 +122,6 @@ RACE_LOST = (
 )
 
 
-def two_builds_at_once(cli: Any) -> None:
-    """Two `dbt build` processes of one project started together: on the embedded Spark
-    default both open the catalog; where both write one table, Iceberg fails the later commit,
-    and that build fails and says so (the caller checks each File was applied once). Each may
-    lose a different model's race; then a build run again afterwards applies what is left."""
-    builds = [
-        cli.start("dbt", "build", "--project-dir", "dbt_project", "--target", cli.target)
-        for _ in range(2)
-    ]
-    outs = [b.communicate(timeout=600) for b in builds]
-    codes = [b.returncode for b in builds]
-    for code, (out, err) in zip(codes, outs, strict=True):
-        if code != 0:
-            assert any(c in (out + err).lower() for c in RACE_LOST), error_lines(out + err)
-            assert lost_a_race(out + err), error_lines(out + err)  # `runner run` says so
-    if 0 not in codes:
-        cli.dbt("build")  # converges
-
-
 # Builds of this schema waiting: on the markers table (held by the test), or for the apply's
 # advisory lock of one of its tables (cdc.postgres_apply_lock: 'cdc apply <schema>.<table>',
 # shown in pg_locks as its high and low 32 bits), which a second build of a table takes first.
