@@ -119,24 +119,26 @@ def build_failure(
     and what to do; dbt's and Java's detail stay in dbt's log (named) or come with --debug.
     ``failed``: (node name, status, dbt's message) of each node that failed."""
     causes: list[str] = []
-    todo = "run the same command again"
+    # what to do, the most demanding of the causes' (a cause to mend before anything else)
+    todos = ["run the same command again"]
     for name, status, message in failed:
         text = message or ""
         place = no_space_under(RuntimeError(text))
         if place is not None:
             causes.append(f"{name}: no space left on device{place}")
-            todo = f"free space{place or ''}, then run the same command again"
+            todos.append(f"free space{place}, then run the same command again")
         elif lost_a_race(text):
             causes.append(f"{name}: another build committed to the same table at the same time")
         elif CONNECTION_LOST.search(text):
             where = postgres_address(project)
             at = f" at {where}" if where else ""
             causes.append(f"the connection to PostgreSQL{at} was lost while {name} was applied")
-            todo = "run the same command again once PostgreSQL answers"
+            todos.append("run the same command again once PostgreSQL answers")
         else:
             what = "test failed: " if status == "fail" else ""
             causes.append(f"{name}: {what}{first_meaningful_line(text)}")
-            todo = "see dbt's log, mend the cause, then run the same command again"
+            todos.append("see dbt's log, mend the cause, then run the same command again")
+    todo = max(todos, key=lambda t: (t.startswith("see"), t.startswith("free"), len(t)))
     return (
         "dbt build failed: "
         + ("; ".join(causes) or "see dbt's log")

@@ -91,3 +91,46 @@ def test_a_lost_race_is_recognised(message: str) -> None:
 )
 def test_other_errors_are_not_called_a_race(message: str) -> None:
     assert not lost_a_race(message)
+
+
+def test_a_failed_build_is_one_line_with_its_cause_what_is_kept_and_what_to_do() -> None:
+    """`runner run`'s line for a failed `dbt build`, from the node messages as dbt-spark and
+    dbt-postgres give them (a Java stack trace included): no stack frame, the cause in words
+    per node, the Files kept, what to do (the most demanding), dbt's log named."""
+    from pathlib import Path
+
+    from runner.project import Project
+    from runner.run import build_failure
+
+    project = Project.load(Path(__file__).resolve().parents[1], target="postgres")
+    java = (
+        "Runtime Error in model accounts_history (models/accounts_history.sql)\n"
+        "  An error occurred while calling o120.sql.\n"
+        ": org.apache.spark.SparkRuntimeException: [USER_RAISED_EXCEPTION] cdc: another build "
+        "applied Files of s.accounts_history while this build ran; run again SQLSTATE: P0001\n"
+        "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.raiseError(X.scala:1)\n"
+    )
+    cut = (
+        "Database Error in model customers (models/customers.sql)\n"
+        "  terminating connection due to administrator command\n"
+        "  server closed the connection unexpectedly\n"
+    )
+    broken = "Compilation Error in model orders (models/orders.sql)\n  'x' is undefined\n"
+    log = Path("/p/dbt_project/logs/dbt.log")
+    line = build_failure(project, [("accounts_history", "error", java)], log)
+    assert line == (
+        "dbt build failed: accounts_history: another build committed to the same table at the "
+        "same time; Files not applied stay STAGED: run the same command again "
+        "(dbt's log: /p/dbt_project/logs/dbt.log)"
+    )
+    line = build_failure(project, [("customers", "error", cut)], log)
+    host = f"{project.target_context.get('host')}:{project.target_context.get('port')}"
+    assert line.startswith(
+        f"dbt build failed: the connection to PostgreSQL at {host} was lost while customers "
+        "was applied; Files not applied stay STAGED: run the same command again once "
+        "PostgreSQL answers"
+    ), line
+    both = build_failure(project, [("customers", "error", cut), ("orders", "error", broken)], log)
+    assert "orders: 'x' is undefined;" in both and "mend the cause" in both, both
+    for said in (line, both):
+        assert "\n" not in said and "\tat " not in said
