@@ -62,20 +62,25 @@ def _check_remote_root(root: RemoteFile) -> None:
         if not fs.exists(bucket):
             raise ConfigError(
                 f"landing root {root}: bucket {bucket!r} does not exist (or these credentials "
-                "cannot see it)"
+                f"cannot see it); {NOTHING_RECORDED}"
             )
     except PermissionError as exc:
         raise ConfigError(
             f"landing root {root}: access denied ({first_line(exc)}); check the credentials "
             "the store's own chain finds (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-            "AWS_PROFILE, an instance role)"
+            f"AWS_PROFILE, an instance role); {NOTHING_RECORDED}"
         ) from exc
     except CdcError:
         raise
     except Exception as exc:  # noqa: BLE001 - the store's client: no endpoint, no network
         raise TransientError(
-            f"landing root {root} cannot be listed: {type(exc).__name__}: {first_line(exc)}"
+            f"landing root {root} cannot be listed: {type(exc).__name__}: {first_line(exc)}; "
+            f"{NOTHING_RECORDED} once it answers"
         ) from exc
+
+
+# What a root that cannot be listed leaves, and what to do.
+NOTHING_RECORDED = "no File was recorded: run the same command again"
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:
