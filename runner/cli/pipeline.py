@@ -178,9 +178,19 @@ def ingest_options(func: Any) -> Any:
     return click.option(
         "--landing",
         multiple=True,
-        type=click.Path(file_okay=False),
-        help="Landing root(s) for this run, instead of runner.yml's landing_roots.",
+        metavar="ROOT",
+        callback=_landing_roots,
+        help="Landing root(s) for this run, instead of runner.yml's landing_roots: a folder or "
+        "a URI (s3://bucket/prefix, gs://, abfss://).",
     )(func)
+
+
+def _landing_roots(_ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    """--landing: a folder (not a file) or a URI."""
+    for root in value:
+        if "://" not in root and Path(root).is_file():
+            raise click.BadParameter(f"{root!r} is a file, not a folder", param=param)
+    return value
 
 
 def _ingest_args(
