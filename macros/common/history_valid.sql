@@ -1,7 +1,8 @@
 {#- A generic data test for history models (meta.cdc.history): no version ends before it
     starts, and, given the key, no key has two open versions. Use it beside lineage_complete:
       data_tests:
-        - cdc.history_valid: {key: [account_id]}
+        - cdc.history_valid:
+            arguments: {key: [account_id]}
     Renamed history columns (snapshot_meta_column_names) are given as valid_from / valid_to.
     A row it returns is a broken version: the test fails, and `runner run` says so. -#}
 {% test history_valid(model, key=none, valid_from=none, valid_to=none) %}
