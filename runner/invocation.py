@@ -173,11 +173,11 @@ def recorded_run(inv: Invocation, command: str) -> Iterator[RecordedRun]:
             for rec in recovery.reclaimed:
                 log.warning("%s: %s; back to %s", rec.path, rec.last_error, rec.state)
             yield run
-    except BaseException as exc:
-        if run.detail is None and not isinstance(exc, SystemExit | KeyboardInterrupt):
-            run.detail = error_line(exc)
-        elif isinstance(exc, KeyboardInterrupt):
-            run.detail = run.detail or "stopped (Ctrl-C)"
+    except KeyboardInterrupt:
+        run.detail = run.detail or "stopped (Ctrl-C)"
+        raise
+    except Exception as exc:
+        run.detail = run.detail or error_line(exc)
         raise
     finally:
         db.end_run(run.process_id, run.outcome, run.detail)

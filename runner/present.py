@@ -178,7 +178,7 @@ def print_runs(out: list[dict[str, Any]]) -> None:
             click.echo(f"  {r['process_id']}")
         if r["detail"] and r["outcome"] != "ok":  # why it failed, under it
             said = "  " + " ".join(str(r["detail"]).split())
-            click.echo(said if width is None else status_view.clip(said, width))
+            click.echo(status_view.clip(said, width))
 
 
 def echo_summary(entities: list[Any]) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from audit import FileRecord
 from runner.dbt_invoke import dbt_command, quick_flag_source
 from runner.entities import Entity
-from runner.errors import disk_full, first_line, no_space_under, server_gone
+from runner.errors import error_line, no_space_under
 from runner.ingest import IngestResult, ingest
 from runner.invocation import Invocation
 from runner.phases import Phases
@@ -101,9 +101,8 @@ def dbt_build(
         return True, None
     log_file = project.dbt_project_dir / "logs" / "dbt.log"
     if res.exception is not None:
-        said = server_gone(res.exception) or disk_full(res.exception) or first_line(res.exception)
         kept = f"Files not applied stay STAGED (dbt's log: {log_file})"
-        return False, f"dbt build failed: {said}; {kept}"
+        return False, f"dbt build failed: {error_line(res.exception)}; {kept}"
     failed = [
         (r.node.name, str(r.status), r.message)
         for r in results

@@ -57,7 +57,8 @@ def recorded_group_status(inv: Invocation) -> tuple[list[GroupStatus], Any]:
             out.append(GroupStatus.from_json(kept[g.name]["state"]))
             times.append(kept[g.name]["recorded_at"])
         else:
-            out.append(GroupStatus(g.name, sorted(g.members), ledger_name(g), False))
+            ledger = f"{inv.destination.schema}.{ledger_name(g)}"  # as group_status names it
+            out.append(GroupStatus(g.name, sorted(g.members), ledger, False))
     return out, (min(times) if times else None)
 
 

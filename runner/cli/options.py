@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from runner.errors import CdcError, error_line, first_line
+from runner.errors import CdcError, error_line
 from runner.invocation import Invocation
 from runner.project import Project
 
@@ -162,7 +162,3 @@ def global_options(func: Any) -> Any:
             help=help_text,
         )(func)
     return func
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -114,16 +114,16 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
         from audit import AuditDB
 
         patch(AuditDB, "mark_staged_many", _on_call(1, AuditDB.mark_staged_many, action))
-    elif phase.startswith(("before-markers-of=", "before-merge-of=")):
+    elif phase == "before-markers" or phase.startswith(("before-markers-of=", "before-merge-of=")):
         from dbt.adapters.postgres.connections import PostgresConnectionManager
         from pyspark.sql import SparkSession
 
-        which, table = phase.split("=", 1)
+        which, _, table = phase.partition("=")  # no table: any model's
         into = re.compile(rf"merge\s+into\s+[`\"\w.\-]*[`\".]{re.escape(table)}[`\"]?\s", re.I)
 
         def chosen(query: str, script: bool) -> bool:
-            if which == "before-markers-of" or script:
-                return is_marker_insert(query) and f".{table}'" in query
+            if which != "before-merge-of" or script:
+                return is_marker_insert(query) and (not table or f".{table}'" in query)
             return bool(into.search(query))
 
         spark_sql = SparkSession.sql
@@ -137,26 +137,6 @@ def armed(phase: str, action: Callable[[], None] = die) -> Iterator[None]:
         def pg_add_query(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
             result = add_query(self, query, *args, **kwargs)
             if chosen(query, script=True):
-                action()  # the whole apply executed in the model's transaction, not committed
-            return result
-
-        patch(SparkSession, "sql", sql)
-        patch(PostgresConnectionManager, "add_query", pg_add_query)
-    elif phase == "before-markers":
-        from dbt.adapters.postgres.connections import PostgresConnectionManager
-        from pyspark.sql import SparkSession
-
-        spark_sql = SparkSession.sql
-        add_query = PostgresConnectionManager.add_query
-
-        def sql(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
-            if is_marker_insert(query):
-                action()
-            return spark_sql(self, query, *args, **kwargs)
-
-        def pg_add_query(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
-            result = add_query(self, query, *args, **kwargs)
-            if is_marker_insert(query):
                 action()  # executed inside the model's transaction, never committed
             return result
 
