@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,8 +47,25 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration's revision (tests/test_audit_states.py checks it is Alembic's head): a
 # run compares the Audit DB's revision with it and imports Alembic only to migrate.
 HEAD_REVISION = "0005"
+# The PostgreSQL advisory lock migrations hold (audit/migrations/env.py takes it too).
+MIGRATION_LOCK = 7426193
 # Alembic's record of the revision a database is at.
 _alembic_version_t = Table("alembic_version", MetaData(), Column("version_num", String(32)))
+
+
+def _set_wal(cur: Any) -> None:
+    """Switch a new SQLite Audit DB to WAL. Runners opening it together can find it locked
+    without SQLite's busy handler waiting for them (it does not, where waiting could deadlock):
+    they retry for as long as the busy timeout."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _sqlite_begin_immediate(engine: Engine) -> None:
@@ -60,9 +79,9 @@ def _sqlite_begin_immediate(engine: Engine) -> None:
     def _connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # let us issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
+        _set_wal(cur)
+        cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -127,6 +146,8 @@ class AuditDB(Files, Runs, Retention, Groups):
 
         with self.engine.connect() as conn:
             if self.schema and self.dialect == "postgresql":
+                # Two runners creating the schema at once would both insert it into the catalog.
+                conn.execute(text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"'))
                 conn.commit()
             command.upgrade(self._alembic_config(conn), revision)

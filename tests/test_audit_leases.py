@@ -5,10 +5,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from audit import AuditDB, IllegalTransition, utcnow
+from audit.store import HEAD_REVISION
 from runner.ids import new_process_id
 
 WORKERS = 4
@@ -104,6 +106,33 @@ def test_concurrent_workers_drain_the_queue_without_overlap(
     assert sorted(claimed_ids) == sorted(file_ids), "every File claimed exactly once"
     assert all(db.get(i).state == "STAGED" and db.get(i).attempts == 1 for i in file_ids)
     db.dispose()
+
+
+def _migrate_worker(url: str, schema: str | None, barrier) -> None:
+    db = AuditDB(url, schema=schema)
+    barrier.wait(timeout=60)  # every runner finds the new Audit DB empty at the same moment
+    db.ensure_current()
+    db.dispose()
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_runners_starting_together_on_a_new_audit_db_build_it_once(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    ctx = mp.get_context("spawn")
+    # SQLite's races are timing's (tried twice); PostgreSQL's advisory lock settles its own.
+    for attempt in range(2 if backend == "sqlite" else 1):
+        if backend == "sqlite":
+            url, schema = f"sqlite:///{tmp_path / f'audit{attempt}.db'}", None
+        else:
+            url = request.getfixturevalue("pg_url")
+            schema = request.getfixturevalue("pg_schema")
+        _run(_migrate_worker, [(url, schema, ctx.Barrier(WORKERS))] * WORKERS)
+        db = AuditDB(url, schema=schema)
+        assert db.current_revision() == HEAD_REVISION
+        db.dispose()
 
 
 if __name__ == "__main__":  # pragma: no cover
