@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # The options the runner adds to the driver JVM when an archive is there; a profile that sets
@@ -79,10 +80,12 @@ def with_archive(java_options: str) -> str:
     return f"{java_options} {java_option('-XX:SharedArchiveFile', path)} {_SILENT}".strip()
 
 
-def make_archive(timeout: float = 900) -> tuple[Path, float] | None:
+def make_archive(
+    timeout: float = 900, on_start: Callable[[Path], None] | None = None
+) -> tuple[Path, float] | None:
     """Write this environment's archive unless it is there: (path, seconds it took; 0 when it
     was there). None: no Java. Several setups at once take turns; the archive appears whole
-    or not at all."""
+    or not at all. ``on_start`` is told the path before a write begins (it takes a while)."""
     path = archive_path()
     if path is None:
         return None
@@ -93,6 +96,8 @@ def make_archive(timeout: float = 900) -> tuple[Path, float] | None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.is_file():
             return path, 0.0
+        if on_start is not None:
+            on_start(path)
         started = time.monotonic()
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         partial.unlink(missing_ok=True)
