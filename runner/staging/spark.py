@@ -20,8 +20,9 @@ Two passes otherwise, each a single Spark job, and nothing cached:
    key, same sequence, same values: dropped) and conflicts (same key and sequence, different
    values: the File is quarantined). Values are compared by two hashes of the typed row (96
    bits).
-2. The write: rows of the good Files, typed, numbered, with their lineage, sorted by sequence
-   within each task, in one append (one commit) and one manifest write.
+2. The write: rows of the good Files, typed, numbered, with their lineage, in one append (one
+   commit) and one manifest write; in the order they were read (the apply orders each key's
+   changes itself).
 
 A row's position in its File comes without a sort: Spark reads a split in order and
 ``monotonically_increasing_id()`` counts the rows of a task, so a row's number is the rows of
@@ -439,9 +440,8 @@ def _stage_group(
         rows = rows.withColumn(lineage["sequence"], _with_tie_break(rows, entity, ties))
     elif entity.ordered_by_line:
         rows = rows.withColumn(lineage["sequence"], _by_line(entity))
-    out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
-        lineage["file_hash"], lineage["sequence"]
-    )
+    # Unsorted: the apply orders each key's changes itself (a shuffle by key).
+    out = rows.select(*business, *_staged_lineage(rows, entity))
     carrier = None
     if reload is not None and reload.starts and not reload.carried:
         carrier = _reload_truncate(spark, entity, rows, good, orders, reload)
@@ -547,11 +547,7 @@ def _stage_in_one_pass(
     if entity.ordered_by_line:
         rows = rows.withColumn(lineage["sequence"], _by_line(entity))
     business = [c.name for c in entity.columns]
-    # Each task is one File: ordered by the sequence alone (with the File's hash first, every
-    # comparison would tie on it and compare both values whole).
-    out = rows.select(*business, *_staged_lineage(rows, entity)).sortWithinPartitions(
-        lineage["sequence"]
-    )
+    out = rows.select(*business, *_staged_lineage(rows, entity))
     counts = {f.content_hash: 0 for f in files}
 
     def check(appended: DataFrame) -> None:
