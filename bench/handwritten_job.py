@@ -13,6 +13,7 @@ cores as `runner run`), so the two differ only in what they do.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -26,6 +27,11 @@ def main() -> None:
     parser.add_argument("--landing", required=True, help="folder of the entity's CSV Files")
     parser.add_argument("--table", required=True, help="schema.table to merge into")
     parser.add_argument("--floor", action="store_true", help="write every row once instead")
+    parser.add_argument(
+        "--digest",
+        action="store_true",
+        help="print the table's rows and a hash of its business columns as JSON instead",
+    )
     args = parser.parse_args()
 
     from runner.destinations import destination_for
@@ -46,6 +52,15 @@ def main() -> None:
     spark = builder.enableHiveSupport().getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 
+    if args.digest:  # the same rows, whichever side wrote the table (its own columns aside)
+        business = [c.name for c in entity.columns if c.name not in ("Op", entity.sequence)]
+        text = ", ".join(f"cast(`{c}` as string)" for c in business)
+        row = spark.sql(
+            f"select count(*) as n, sum(cast(xxhash64({text}) as decimal(38, 0))) as h "
+            f"from {args.table}"
+        ).first()
+        print(json.dumps({"rows": int(row["n"]), "hash": str(row["h"])}))
+        return
     schema = ", ".join(f"`{c.name}` {c.data_type}" for c in entity.columns)
     df = spark.read.schema(schema).option("header", True).option("escape", '"').csv(args.landing)
     db = args.table.split(".")[0]

@@ -102,6 +102,22 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 on.get(size, ""),
             )
         )
+    steady = results.get("steady_state", {})
+    for label in sorted(steady, key=lambda k: (steady[k]["keys"], steady[k]["changes"])):
+        p = steady[label]
+        ratio = p["ratio_run_to_handwritten"]
+        out.append(
+            (
+                f"the daily run: {_rows(p['changes'])} changes in 10 Files into a table of "
+                f"{_rows(p['keys'])} keys, `runner run` vs the hand-written MERGE job (median "
+                f"of {p['days']} days)",
+                _s(p["runner_run_s"]),
+                _s(p["handwritten_s"]),
+                f"{ratio:.2f}x",
+                _verdict(ratio, p["target"]),
+                on.get(f"steady_{label}", ""),
+            )
+        )
     sizes = sorted(whole, key=int)
     if len(sizes) > 1 and "1000000" in whole and int(sizes[-1]) > 1_000_000:
         a = whole[sizes[-1]]["ratio_run_to_handwritten"]

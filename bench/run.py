@@ -387,6 +387,7 @@ class Bench:
 
 PARTS = (
     "whole_process",
+    "steady_state",
     "one_big_file",
     "end_to_end",
     "apply_vs_stock_merge_spark",
@@ -470,6 +471,19 @@ def main() -> None:
             point["target_ingest_to_floor"] = report.TARGETS["ingest_to_floor"]
             results.setdefault("whole_process", {})[str(size)] = point
             done("whole_process", t0, str(size))
+    if "steady_state" in args.parts:
+        import steady_state
+
+        batches = [(200_000, 20_000)] if args.quick else [(20_000_000, 1_000_000),
+                                                          (20_000_000, 100_000)]  # fmt: skip
+        for keys, changes in batches:
+            t0 = time.perf_counter()
+            label = f"{keys}_{changes}"
+            results.setdefault("steady_state", {})[label] = steady_state.steady_state(
+                data, WORK.parent / "work_steady", keys, changes, 2 if args.quick else 3
+            )
+            done("steady_state", t0, label)
+            measured[f"steady_{label}"] = measured.pop(label)
     if "one_big_file" in args.parts:
         t0 = time.perf_counter()
         results["one_big_file"] = processes.one_big_file(
@@ -480,7 +494,7 @@ def main() -> None:
             args.repeat,
         )
         done("one_big_file", t0)
-    in_process = [p for p in PARTS[2 : PARTS.index("memory")] if p in args.parts]
+    in_process = [p for p in PARTS[3 : PARTS.index("memory")] if p in args.parts]
     if in_process:
         bench = Bench(args.repeat, args.quick)
         steps: dict[str, Callable[[], dict]] = {
