@@ -36,7 +36,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 # Every extra: the test tools, BigQuery's and Databricks' adapters, ADLS (make test, lint, docs).
 $(VENV)/.installed-all: pyproject.toml $(VENV)/.installed
-	@echo "installing the tests' tools and every destination's adapter into $(VENV) (pip log: $(VENV)/pip.log)"
+	@echo "installing the tests' tools and every destination's adapter into $(VENV), once (usually 1 to 3 minutes; pip log: $(VENV)/pip.log)"
 	@$(BIN)/pip install --quiet -e '.[$(ALL_EXTRAS)]' > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
 	@touch $@
 
