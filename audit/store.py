@@ -47,6 +47,8 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration's revision (tests/test_audit_states.py checks it is Alembic's head): a
 # run compares the Audit DB's revision with it and imports Alembic only to migrate.
 HEAD_REVISION = "0005"
+# How long a SQLite Audit DB's writers wait for one another (busy timeout, WAL switch).
+BUSY_SECONDS = 30
 # The PostgreSQL advisory lock migrations hold (audit/migrations/env.py takes it too).
 MIGRATION_LOCK = 7426193
 # Alembic's record of the revision a database is at.
@@ -57,7 +59,7 @@ def _set_wal(cur: Any) -> None:
     """Switch a new SQLite Audit DB to WAL. Runners opening it together can find it locked
     without SQLite's busy handler waiting for them (it does not, where waiting could deadlock):
     they retry for as long as the busy timeout."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + BUSY_SECONDS
     while True:
         try:
             cur.execute("PRAGMA journal_mode=WAL")
@@ -79,7 +81,7 @@ def _sqlite_begin_immediate(engine: Engine) -> None:
     def _connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # let us issue BEGIN ourselves
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_SECONDS * 1000}")
         _set_wal(cur)
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
@@ -109,7 +111,7 @@ class AuditDB(Files, Runs, Retention, Groups):
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            engine = create_engine(url, connect_args={"timeout": 30})
+            engine = create_engine(url, connect_args={"timeout": BUSY_SECONDS})
             _sqlite_begin_immediate(engine)
             if schema:
                 raise AuditError("audit schema is only supported on PostgreSQL")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--root", type=Path, required=True, help="project root (its profile)")
-    parser.add_argument("--landing", required=True, help="folder of the entity's CSV Files")
+    parser.add_argument("--landing", help="folder of the entity's CSV Files")
     parser.add_argument("--table", required=True, help="schema.table to merge into")
     parser.add_argument("--floor", action="store_true", help="write every row once instead")
     parser.add_argument(
@@ -33,6 +33,8 @@ def main() -> None:
         help="print the table's rows and a hash of its business columns as JSON instead",
     )
     args = parser.parse_args()
+    if args.landing is None and not args.digest:
+        parser.error("--landing is needed, except with --digest")
 
     from runner.destinations import destination_for
     from runner.destinations.spark.catalog import ensure_schema

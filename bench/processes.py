@@ -136,17 +136,13 @@ def runner_ingest(root: Path) -> float:
     return seconds
 
 
-def handwritten(root: Path, floor: bool = False) -> float:
-    cmd = [
-        sys.executable,
-        str(REPO / "bench" / "handwritten_job.py"),
-        "--root",
-        ".",
-        "--landing",
-        "landing/customers",
-        "--table",
-        "bench.floor" if floor else "bench.customers",
-    ]
+HANDWRITTEN_JOB = [sys.executable, str(REPO / "bench" / "handwritten_job.py"), "--root", "."]
+
+
+def handwritten(root: Path, floor: bool = False, landing: str = "landing/customers") -> float:
+    """The hand-written job on the Files under ``landing`` (relative to ``root``, or absolute)."""
+    table = "bench.floor" if floor else "bench.customers"
+    cmd = [*HANDWRITTEN_JOB, "--landing", landing, "--table", table]
     return timed([*cmd, "--floor"] if floor else cmd, root)[0]
 
 

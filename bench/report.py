@@ -115,7 +115,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 _s(p["handwritten_s"]),
                 f"{ratio:.2f}x",
                 _verdict(ratio, p["target"]),
-                on.get(f"steady_{label}", ""),
+                on.get(label, ""),
             )
         )
     sizes = sorted(whole, key=int)

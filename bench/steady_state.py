@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from processes import fresh_root, runner_run, timed  # noqa: E402
+from processes import HANDWRITTEN_JOB, fresh_root, handwritten, runner_run, timed  # noqa: E402
 
 FILES_PER_DAY = 10
 
@@ -68,15 +68,8 @@ def _land(files: list[Path], folder: Path) -> Path:
     return folder
 
 
-def _handwritten(root: Path, landing: Path) -> float:
-    cmd = [sys.executable, str(REPO / "bench" / "handwritten_job.py"), "--root", "."]
-    cmd += ["--landing", str(landing / "customers"), "--table", "bench.customers"]
-    return timed(cmd, root)[0]
-
-
 def _digest(root: Path, table: str) -> dict:
-    cmd = [sys.executable, str(REPO / "bench" / "handwritten_job.py"), "--root", "."]
-    out = timed([*cmd, "--landing", "-", "--table", table, "--digest"], root)[1]
+    out = timed([*HANDWRITTEN_JOB, "--table", table, "--digest"], root)[1]
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -87,7 +80,7 @@ def steady_state(data: Path, work: Path, keys: int, changes: int, days: int) -> 
     runner_root = fresh_root(work, "runner", runner_landing)
     hand_root = fresh_root(work, "hand", _land([load], work / "hand_load"))
     first = {"runner_run_s": runner_run(runner_root)[0]}
-    first["handwritten_s"] = _handwritten(hand_root, hand_root / "landing")
+    first["handwritten_s"] = handwritten(hand_root)
     sides: dict[str, list[float]] = {"runner_run_s": [], "handwritten_s": []}
     phases: dict[str, list[float]] = {}
     for day, files in enumerate(batches):
@@ -97,7 +90,7 @@ def steady_state(data: Path, work: Path, keys: int, changes: int, days: int) -> 
         for name, value in report["phases"].items():
             phases.setdefault(name, []).append(value)
         sides["handwritten_s"].append(
-            _handwritten(hand_root, _land(files, work / f"hand_day{day}"))
+            handwritten(hand_root, landing=str(_land(files, work / f"hand_day{day}") / "customers"))
         )
         print(f"day {day}: runner {seconds:.1f} s, hand {sides['handwritten_s'][-1]:.1f} s",
               flush=True)  # fmt: skip

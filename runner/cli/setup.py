@@ -241,7 +241,7 @@ def init(obj: Context) -> None:
     click.echo(f"PostgreSQL JDBC driver (Spark catalog): {link_jdbc_driver(root)}")
     click.echo(f"Java: {check_java()}")
     made = make_archive(
-        on_start=lambda _: click.echo(
+        on_start=lambda: click.echo(
             "writing the Spark class archive: one Spark session's start and a few small jobs, "
             "once per environment (usually 30 to 90 s)"
         )

@@ -81,11 +81,11 @@ def with_archive(java_options: str) -> str:
 
 
 def make_archive(
-    timeout: float = 900, on_start: Callable[[Path], None] | None = None
+    timeout: float = 900, on_start: Callable[[], None] | None = None
 ) -> tuple[Path, float] | None:
     """Write this environment's archive unless it is there: (path, seconds it took; 0 when it
     was there). None: no Java. Several setups at once take turns; the archive appears whole
-    or not at all. ``on_start`` is told the path before a write begins (it takes a while)."""
+    or not at all. ``on_start`` is called before a write begins (it takes a while)."""
     path = archive_path()
     if path is None:
         return None
@@ -97,7 +97,7 @@ def make_archive(
         if path.is_file():
             return path, 0.0
         if on_start is not None:
-            on_start(path)
+            on_start()
         started = time.monotonic()
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         partial.unlink(missing_ok=True)
