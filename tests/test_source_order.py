@@ -90,11 +90,14 @@ def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
     return now
 
 
-def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bool]]]:
-    """id -> its versions in binlog order: (first_name, open), a version closed by the next
-    event of its id (a change or a delete), the last one open unless a delete follows it."""
+def history(
+    files: list[tuple[str, list[dict]]], order: Any = None
+) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its versions in ``order`` (binlog order by default): (first_name, open), a version
+    closed by the next event of its id (a change or a delete), the last one open unless a
+    delete follows it."""
     by_key: dict[int, list[dict]] = {}
-    for e in in_order(files, binlog):
+    for e in in_order(files, order or binlog):
         by_key.setdefault((e["after"] or e["before"])["id"], []).append(e)
     out: dict[int, list[tuple[str, bool]]] = {}
     for key, es in by_key.items():
@@ -127,22 +130,38 @@ def binlog(e: dict) -> tuple:
 def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
     cli_project: Any, target: str
 ) -> None:
+    """MySQL's binlog order (the example as a user installs it) and, in the same runs, SQL
+    Server's LSN order (`preset: sqlserver`, SQLSERVER_FILES), the current state and the
+    history of each after every run."""
     cli = cli_project(target)
     models = cli.root / "dbt_project" / "models" / "debezium_mysql"
     shutil.copytree(EXAMPLE, models)  # as a user installs the example
     landing = cli.root / "landing" / "debezium-mysql" / "customers"
     landing.mkdir(parents=True)
+    sqlserver_landing = install_sqlserver(cli.root)
     written: list[tuple[str, list[dict]]] = []
+    sqlserver_written: list[tuple[str, list[dict]]] = []
     for run in (1, 2):
         for (name, when), events in FILES.items():
             if when == run:
                 (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
                 written.append((name, events))
+        name, events = SQLSERVER_FILES[run - 1]
+        (sqlserver_landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+        sqlserver_written.append((name, events))
         cli.runner("run")
         rows = cli.table("{{ ref('mysql_customers_current') }}")
         got = {int(r["id"]): r["first_name"] for r in rows}
         assert got == fold(written, binlog), (run, got)
         assert versions(cli.table("{{ ref('mysql_customers_history') }}")) == history(written)
+        rows = cli.table("{{ ref('sqlserver_customers_current') }}")
+        got = {int(r["id"]): r["first_name"] for r in rows}
+        assert got == fold(sqlserver_written, lsns), (run, got)
+        rows = cli.table("{{ ref('sqlserver_customers_history') }}")
+        assert versions(rows) == history(sqlserver_written, lsns), (run, versions(rows))
+    assert got == {1: "ann-b", 3: "bob-3", 4: "dee-2"}
+    # In the order the Files arrived, another table.
+    assert fold(SQLSERVER_FILES, lambda e: 0) != got
     # The scenario tells the orders apart: by position alone, or the file name as text,
     # another customer wins.
     everything = [(n, es) for (n, _), es in FILES.items()]
@@ -154,13 +173,15 @@ def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
 
 
 def sqlserver_event(
-    op: str, key: int, name: str | None, commit: int, change: int, serial: int
+    op: str, key: int, name: str | None, commit: int, change: int | None, serial: int | None
 ) -> dict:
     """One change event as the SQL Server connector writes it (schemas.enable=false): LSNs as
-    fixed-width hexadecimal text."""
+    fixed-width hexadecimal text. A snapshot's read event (op r, the connector's default
+    snapshot.mode initial) carries the snapshot's LSN as its commit LSN, and no change LSN or
+    serial number."""
 
-    def lsn(n: int) -> str:
-        return f"00000027:{n:08x}:0003"
+    def lsn(n: int | None) -> str | None:
+        return None if n is None else f"00000027:{n:08x}:0003"
 
     image = None if name is None else {"id": key, "first_name": name, "email": f"{name}@x.org"}
     return {
@@ -168,60 +189,62 @@ def sqlserver_event(
         "after": None if op == "d" else image,
         "source": {
             "version": "2.7.3.Final", "connector": "sqlserver", "name": "server1",
-            "ts_ms": 1000 + change, "snapshot": "false", "db": "testDB", "sequence": None,
-            "schema": "dbo", "table": "customers", "change_lsn": lsn(change),
-            "commit_lsn": lsn(commit), "event_serial_no": serial,
+            "ts_ms": 1000 + (change or 0), "snapshot": "true" if op == "r" else "false",
+            "db": "testDB", "sequence": None, "schema": "dbo", "table": "customers",
+            "change_lsn": lsn(change), "commit_lsn": lsn(commit), "event_serial_no": serial,
         },
         "op": op,
-        "ts_ms": 2000 + change,
+        "ts_ms": 2000 + (change or 0),
         "transaction": None,
     }  # fmt: skip
 
 
-def test_sql_server_lsns_order_changes_through_the_preset(cli_project: Any) -> None:
-    """`debezium: {preset: sqlserver}` on PostgreSQL: commit LSN, change LSN, serial number.
-    A key's primary-key update arrives as a delete and a create at one change LSN (serial 1,
-    2); LSNs pass 0x...9 -> 0x...a (hexadecimal text); a later File holds an earlier
-    transaction's change of a key."""
-    cli = cli_project("postgres")
-    models = cli.root / "dbt_project" / "models" / "sqlserver"
+SQLSERVER_FILES = [
+    ("server1.testDB.dbo.customers+0+0000000000.json", [
+        sqlserver_event("r", 4, "dee", 0x07, None, None),  # the snapshot, at LSN 0x07
+        sqlserver_event("r", 5, "eve", 0x07, None, None),
+        sqlserver_event("c", 1, "ann", 0x09, 0x08, 1),
+        sqlserver_event("c", 2, "bob", 0x09, 0x09, 1),
+        sqlserver_event("u", 1, "ann-a", 0x0B, 0x0A, 1),  # 0x0a after 0x09, as hex text
+        sqlserver_event("d", 2, None, 0x1F, 0x1E, 1),  # id 2 becomes id 3: delete, create
+        sqlserver_event("c", 3, "bob-3", 0x1F, 0x1E, 2),
+    ]),
+    ("server1.testDB.dbo.customers+0+0000000007.json", [
+        sqlserver_event("u", 3, "bob-late", 0x1D, 0x1C, 1),  # committed before the move
+        sqlserver_event("u", 1, "ann-b", 0x21, 0x20, 1),
+        sqlserver_event("u", 4, "dee-2", 0x0D, 0x0C, 1),
+        sqlserver_event("d", 5, None, 0x22, 0x21, 1),
+    ]),
+]  # fmt: skip
+
+
+def lsns(e: dict) -> tuple:
+    """SQL Server's order: commit LSN, change LSN, serial number (then ts_ms); a snapshot's
+    read event, without the last two, before any change at its LSN."""
+    s = e["source"]
+    return (s["commit_lsn"], s["change_lsn"] or "", s["event_serial_no"] or 0, e["ts_ms"])
+
+
+def install_sqlserver(root: Any) -> Any:
+    """The MySQL example's declaration and models renamed for SQL Server's connector with
+    `debezium: {preset: sqlserver}` (which declares the position's columns); its landing."""
+    models = root / "dbt_project" / "models" / "sqlserver"
     models.mkdir()
-    doc = yaml.safe_load((EXAMPLE / "mysql_customers.yml").read_text())
+    text = (EXAMPLE / "mysql_customers.yml").read_text().replace("mysql_", "sqlserver_")
+    doc = yaml.safe_load(text)
     table = doc["sources"][0]["tables"][0]
     table["meta"]["cdc"] = {
         "landing": "sqlserver/customers/*.json", "format": "debezium", "keys": ["id"],
         "debezium": {"preset": "sqlserver"},
     }  # fmt: skip
     table["columns"] = [c for c in table["columns"] if c["name"] in ("id", "first_name", "email")]
-    doc["models"] = doc["models"][:1]
-    (models / "mysql_customers.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    shutil.copy(EXAMPLE / "mysql_customers_current.sql", models)
-    landing = cli.root / "landing" / "sqlserver" / "customers"
+    (models / "sqlserver_customers.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    for kind in ("current", "history"):
+        sql = (EXAMPLE / f"mysql_customers_{kind}.sql").read_text().replace("mysql_", "sqlserver_")
+        (models / f"sqlserver_customers_{kind}.sql").write_text(sql)
+    landing = root / "landing" / "sqlserver" / "customers"
     landing.mkdir(parents=True)
-    files = [
-        ("server1.testDB.dbo.customers+0+0000000000.json", [
-            sqlserver_event("c", 1, "ann", 0x09, 0x08, 1),
-            sqlserver_event("c", 2, "bob", 0x09, 0x09, 1),
-            sqlserver_event("u", 1, "ann-a", 0x0B, 0x0A, 1),  # 0x0a after 0x09, as hex text
-            sqlserver_event("d", 2, None, 0x1F, 0x1E, 1),  # id 2 becomes id 3: delete, create
-            sqlserver_event("c", 3, "bob-3", 0x1F, 0x1E, 2),
-        ]),
-        ("server1.testDB.dbo.customers+0+0000000005.json", [
-            sqlserver_event("u", 3, "bob-late", 0x1D, 0x1C, 1),  # committed before the move
-            sqlserver_event("u", 1, "ann-b", 0x21, 0x20, 1),
-        ]),
-    ]  # fmt: skip
-    for name, events in files:
-        (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
-    cli.runner("run")
-    got = {int(r["id"]): r["first_name"] for r in cli.table("{{ ref('mysql_customers_current') }}")}
-
-    def lsns(e: dict) -> tuple:
-        s = e["source"]
-        return (s["commit_lsn"], s["change_lsn"], s["event_serial_no"], e["ts_ms"])
-
-    assert got == fold(files, lsns) == {1: "ann-b", 3: "bob-3"}, got
-    assert fold(files, lambda e: 0) != got  # in the order the Files arrived, another table
+    return landing
 
 
 # --- AWS DMS table reloads ---------------------------------------------------------------

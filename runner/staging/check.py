@@ -97,7 +97,14 @@ def row_checks(entity: Entity, writer: StagingWriter) -> tuple[list[Check], Colu
             checks.append((raw_col.isNull() & ~truncate, null_key(col.name, "a key")))
         elif col.name in entity.keys or col.name in entity.sequence_columns:
             what = "a key" if entity.is_snapshot else "a key or sequence"
-            checks.append((raw_col.isNull(), null_key(col.name, what)))
+            missing = raw_col.isNull()
+            if debezium and col.name not in entity.keys:
+                # A snapshot's read event (op r) may lack a position field that only streaming
+                # fills (SQL Server's change LSN and serial number): it sorts before every
+                # streamed change at its position (debezium.sequence_base).
+                read = F.coalesce(F.col(RAW + entity.operation_column) == "r", F.lit(False))
+                missing = missing & ~read
+            checks.append((missing, null_key(col.name, what)))
         elif eff is not None and col.name == eff.column:
             checks.append((raw_col.isNull(), F.lit(f"column {col.name!r}: NULL effective date")))
         if col.data_type not in ("string",):

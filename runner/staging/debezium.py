@@ -200,7 +200,9 @@ def sequence_base(entity: Entity) -> Column:
     scope): integers as 20 digits, a binlog file name as its base name and its number (20
     digits), a string as it is. Each is followed by ``.``; in a sequence of several columns a
     string is followed by U+0001 instead, below any character it holds, so that a shorter
-    string sorts before a longer one it begins (``ab`` before ``ab-``) whatever comes next."""
+    string sorts before a longer one it begins (``ab`` before ``ab-``) whatever comes next.
+    A column a snapshot's read event leaves NULL (the checks allow it only there) is empty, so
+    the read sorts before every streamed change that agrees with it on the columns before."""
     from pyspark.sql import functions as F
 
     several = len(entity.sequence_columns) > 1
@@ -213,7 +215,7 @@ def sequence_base(entity: Entity) -> Column:
             base = F.regexp_extract(seq, r"^(.*?)[0-9]*$", 1)
             number = F.regexp_extract(seq, r"^.*?0*([0-9]*)$", 1)  # without leading zeros
             seq = F.concat(base, F.lpad(number, 20, "0"))
-        parts += [seq, F.lit(end)]
+        parts += [F.coalesce(seq, F.lit("")), F.lit(end)]
     return F.concat(*parts, F.lpad(F.col(TS_MS), 15, "0"))
 
 
