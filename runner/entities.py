@@ -461,7 +461,10 @@ def _parse(
             )
         columns.append(Column(cname, str(ctype).strip().lower() if ctype else ""))
     if fmt == "debezium":
-        cdc = _debezium_preset(cdc, columns, errors)
+        with_preset = _debezium_preset(cdc, columns, errors)
+        if with_preset is None:  # an unknown preset: the columns, op and sequence it would
+            return None, errors  # declare are unknown, so is every check of them
+        cdc = with_preset
     if not columns:
         errors.append("columns with data_type are required (the declared schema)")
     names = [c.name for c in columns]
@@ -731,17 +734,18 @@ def _parse_sequence(
 
 def _debezium_preset(
     cdc: dict[str, Any], columns: list[Column], errors: list[str]
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     """``debezium: {preset: mysql}`` (or sqlserver): the connector's position declared for the
     user: its columns appended to ``columns`` where not declared, their ``fields`` and the
-    envelope's op where not mapped, and the sequence where none is given."""
+    envelope's op where not mapped, and the sequence where none is given. None (and the error
+    said) for a preset that is not one of these."""
     conf = cdc.get("debezium")
     if not isinstance(conf, dict) or "preset" not in conf:
         return cdc
     preset = conf["preset"]
     if preset not in DEBEZIUM_POSITIONS:
         errors.append(f"debezium.preset {preset!r} unknown; accepted: {sorted(DEBEZIUM_POSITIONS)}")
-        return cdc
+        return None
     if not isinstance(conf.get("fields") or {}, dict):
         return cdc  # said by _parse_debezium
     position = DEBEZIUM_POSITIONS[preset]

@@ -526,6 +526,23 @@ def test_new_entity_proposes_the_position_each_debezium_connector_writes(tmp_pat
     with pytest.raises(ConfigError) as err:
         load_entities(Project.load(root, target="local"))
     assert "debezium.preset 'oracle' unknown; accepted: ['mysql', 'sqlserver']" in str(err.value)
+    assert "1 problem(s)" in str(err.value), str(err.value)  # not what the preset would declare
+
+
+def test_new_entity_answered_no_writes_nothing_and_exits_0(tmp_path: Path) -> None:
+    """`runner new-entity` asks before writing; "n" is the user's answer, not an error."""
+    from click.testing import CliRunner
+
+    from runner.cli import main
+
+    root = make_project(tmp_path / "repo")
+    sample = _written(tmp_path / "things.csv", "Op,seq,id,name\nI,1,1,a\n")
+    before = sorted(p for p in (root / "dbt_project").rglob("*"))
+    args = ["new-entity", "things", "--from", str(sample), "--keys", "id", "--sequence", "seq"]
+    said = CliRunner().invoke(main, [*args, "--project-dir", str(root)], input="n\n")
+    assert said.exit_code == 0, said.output
+    assert said.output.rstrip().endswith("nothing written"), said.output
+    assert sorted(p for p in (root / "dbt_project").rglob("*")) == before
 
 
 def _written(path: Path, text: str) -> Path:

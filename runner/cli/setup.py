@@ -185,7 +185,8 @@ def new_entity(
     for note in proposal.notes:
         click.echo(f"note: {note}")
     if not yes and not click.confirm("write the declaration, staging view and apply model?"):
-        raise UsageError("nothing written")
+        click.echo("nothing written")  # the user's answer, not an error: exit 0
+        return
     for path in write(proposal, project.dbt_project_dir):
         click.echo(f"wrote {path}")
     roots = project.settings.landing_roots
