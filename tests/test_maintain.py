@@ -59,6 +59,11 @@ def _iceberg(spark, schema: str, table: str) -> tuple[int, int]:  # noqa: ANN001
     return int(files), int(snaps)
 
 
+def _delete_files(spark, schema: str, table: str) -> int:  # noqa: ANN001
+    """The delete files of the table's current snapshot."""
+    return int(spark.sql(f"select count(*) from `{schema}`.`{table}`.delete_files").first()[0])
+
+
 @pytest.mark.parametrize("target", ["local", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
     cli_project, request: pytest.FixtureRequest, target: str
@@ -90,6 +95,10 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         stray = f"customers__cdc_batch_{'0a' * 8}"
         spark.sql(f"create table `{cli.schema}`.`{stray}` as select 1 as x")
     iceberg_before = _iceberg(spark, cli.schema, "customers__staged") if spark else None
+    if spark:  # the apply targets are created merge-on-read
+        props = spark.sql(f"show tblproperties `{cli.schema}`.customers").collect()
+        modes = {r[0]: r[1] for r in props if r[0].startswith("write.") and r[0].endswith(".mode")}
+        assert set(modes.values()) == {"merge-on-read"} and len(modes) == 3, modes
 
     _retention(cli.root)
     dry = json.loads(cli.runner("maintain", "--dry-run", "--json").stdout)
@@ -135,5 +144,7 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
     assert shown_customers(cli.table(models[0])) == customers_oracle(everything)
     assert "staged rows of 1 COMMITTED File removed" in out.stdout, out.stdout
     assert cli.table(staged) == []
+    if spark is not None:  # the run's MERGE into the full table wrote deletes; maintain folded them
+        assert _delete_files(spark, cli.schema, "customers") == 0
     maintains = audit_rows(cli, "select outcome from runs where command = 'maintain'")
     assert maintains == [("ok",), ("ok",)], maintains  # the dry run is not counted

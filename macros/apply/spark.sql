@@ -15,3 +15,26 @@
   {%- set create = dbt.spark__create_table_as(false, relation, cdc.empty_target_select(compiled_code), 'sql') -%}
   {{ return(cdc.spark_family_apply(relation, compiled_code, create)) }}
 {% endmacro %}
+
+{#- The TBLPROPERTIES of an apply model's Iceberg table when it is created: merge-on-read, so
+    that a MERGE writes the rows it changes and a delete file, not every data file that holds
+    one of its keys (readers apply the delete files until `runner maintain` folds them in).
+    The model's own `tblproperties` win, e.g. {'write.merge.mode': 'copy-on-write'}. Other
+    models, and other file formats, get dbt-spark's clause unchanged. -#}
+{% macro spark__tblproperties_clause() %}
+  {%- if config.get('file_format') != 'iceberg' or not cdc.is_apply_model() -%}
+    {{ return(dbt.spark__tblproperties_clause()) }}
+  {%- endif -%}
+  {%- set props = cdc.apply_target_properties() -%}
+  {%- do props.update(config.get('tblproperties') or {}) -%}
+  {%- set pairs = [] -%}
+  {%- for name, value in props.items() -%}
+    {%- do pairs.append(cdc.sql_string(name) ~ ' = ' ~ cdc.sql_string(value | string)) -%}
+  {%- endfor -%}
+  {{ return(' tblproperties (' ~ pairs | join(', ') ~ ')' if pairs else '') }}
+{% endmacro %}
+
+{% macro apply_target_properties() %}
+  {{ return({'write.merge.mode': 'merge-on-read', 'write.update.mode': 'merge-on-read',
+             'write.delete.mode': 'merge-on-read'}) }}
+{% endmacro %}

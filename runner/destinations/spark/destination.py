@@ -260,7 +260,8 @@ def iceberg_maintenance(
     snapshot_days: float,
 ) -> list[str]:
     """Iceberg's own upkeep of each table, with its stored procedures: small data files
-    rewritten into fewer (and position deletes folded in), snapshots older than
+    rewritten into fewer, and data files with deletes rewritten without them (position delete
+    files left applying to no data file dropped), snapshots older than
     ``snapshot_days`` expired (the newest always kept), and files no snapshot references
     removed (Iceberg's default: older than 3 days, so a write in flight is never touched).
     From the first maintenance on, a table keeps its last 10 metadata files only."""
@@ -278,8 +279,12 @@ def iceberg_maintenance(
         _keep_few_metadata_files(spark, table)
         arg = f"table => '{schema}.{name}'"
         call = f"CALL {quote(catalog)}.system"
-        spark.sql(f"{call}.rewrite_data_files({arg}, options => map('min-input-files', '2'))")
-        spark.sql(f"{call}.rewrite_position_delete_files({arg})")
+        # Also every data file with a delete file: the merge-on-read targets' deletes folded in.
+        options = "map('min-input-files', '2', 'delete-file-threshold', '1')"
+        spark.sql(f"{call}.rewrite_data_files({arg}, options => {options})")
+        # Every delete file rewritten: those that apply to no data file any more are dropped.
+        every = "options => map('rewrite-all', 'true')"
+        spark.sql(f"{call}.rewrite_position_delete_files({arg}, {every})")
         spark.sql(f"{call}.expire_snapshots({arg}, older_than => {older}, retain_last => 1)")
         spark.sql(f"{call}.remove_orphan_files({arg})")
         after = _table_files(spark, table)
