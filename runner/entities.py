@@ -203,9 +203,15 @@ class Entity:
         effective date) for a snapshot entity."""
         if self.is_snapshot:
             return "date"
-        if self.format == "debezium" or self.sequence_ties or self.file_order:
+        if (
+            self.format == "debezium"
+            or self.sequence_ties
+            or self.file_order
+            or len(self.sequence_columns) > 1
+        ):
             # debezium: the declared sequence, then ts_ms, then a tie-break; ties: the
-            # sequence then the line; file order: the File's place then the line (staging)
+            # sequence then the line; file order: the File's place then the line; several
+            # columns: each as sortable text, in turn (staging)
             return "string"
         return self.column(self.sequence).data_type
 
@@ -514,6 +520,15 @@ def _parse(
                     f"date, timestamp or string column, not {kind}"
                 )
         parts = list(ordering.get("sequence_parts") or [sequence])
+        if fmt != "debezium" and len(parts) > 1:
+            types = {c.name: c.data_type.lower() for c in columns}
+            for part in parts:
+                kind = types.get(part, "string")
+                if kind in ("float", "double", "boolean", "binary"):
+                    errors.append(
+                        f"sequence column {part!r}: in a sequence of several columns each is "
+                        f"an integer, a decimal, a date, a timestamp or a string, not {kind}"
+                    )
         extra.update(_parse_partial(cdc, names, [*keys, *parts, op_column], errors))
         if fmt == "debezium" and op_column and extra.get("debezium_fields") is not None:
             _check_debezium_order(extra["debezium_fields"], columns, parts, op_column, errors)
@@ -768,13 +783,8 @@ def _parse_sequence_list(
     raw: list[Any], names: list[str], errors: list[str], fmt: str
 ) -> tuple[str, dict[str, Any]]:
     """meta.cdc.sequence as a list: columns compared in order, the first difference deciding
-    (Debezium's MySQL connector: binlog file, position, row)."""
-    if fmt != "debezium":
-        errors.append(
-            "meta.cdc.sequence as a list of columns is for format debezium (a source position "
-            f"in several fields); format {fmt}: one column"
-        )
-        return "", {}
+    (Debezium's MySQL connector: binlog file, position, row; a commit time, then the change's
+    number in its transaction)."""
     parts = [p for p in raw if isinstance(p, str) and p]
     if not parts or len(parts) != len(raw):
         errors.append("meta.cdc.sequence: a list of declared column names, e.g. [file, pos, row]")

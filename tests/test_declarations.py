@@ -384,8 +384,8 @@ def test_a_sequence_of_several_columns_is_read_in_order_and_its_mistakes_reporte
     tmp_path: Path,
 ) -> None:
     """docs/examples/debezium_mysql: binlog file, position and row, in that order, each one a
-    column that must be present; a list is refused outside Debezium, a column twice or
-    undeclared, a type that cannot be ordered."""
+    column that must be present; a column twice or undeclared, a type that cannot be ordered
+    (in JSON Files too)."""
     root = make_project(tmp_path / "repo")
     models = root / "dbt_project" / "models"
     example = REPO / "docs" / "examples" / "debezium_mysql" / "mysql_customers.yml"
@@ -413,7 +413,10 @@ def test_a_sequence_of_several_columns_is_read_in_order_and_its_mistakes_reporte
     (models / example.name).write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigError) as err:
         load_entities(Project.load(root, target="local"))
-    assert "sequence as a list of columns is for format debezium" in str(err.value)
+    assert (
+        "sequence column 'binlog_row': in a sequence of several columns each is an integer, a "
+        "decimal, a date, a timestamp or a string, not double"
+    ) in str(err.value), str(err.value)
 
 
 def test_a_reload_is_told_from_the_first_full_load_by_the_batches_staged_before(

@@ -11,7 +11,12 @@ event of its key) both follow that order.
 
 AWS DMS table reloads (docs/examples/dms_defaults, `reloads: true`): a reload after two rounds
 of changes, its Files landing over two runs, ordered by DMS's file names (date folders, three
-runs) and by timestampColumnName."""
+runs) and by timestampColumnName.
+
+On PostgreSQL: Debezium's SQL Server connector (`preset: sqlserver`: commit LSN, change LSN,
+serial number; its initial snapshot's read events, without the last two, before every
+change), and DMS Files ordered by a sequence of two columns (a commit time, then the change's
+number in its transaction)."""
 
 from __future__ import annotations
 
@@ -90,14 +95,11 @@ def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
     return now
 
 
-def history(
-    files: list[tuple[str, list[dict]]], order: Any = None
-) -> dict[int, list[tuple[str, bool]]]:
-    """id -> its versions in ``order`` (binlog order by default): (first_name, open), a version
-    closed by the next event of its id (a change or a delete), the last one open unless a
-    delete follows it."""
+def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its versions in binlog order: (first_name, open), a version closed by the next
+    event of its id (a change or a delete), the last one open unless a delete follows it."""
     by_key: dict[int, list[dict]] = {}
-    for e in in_order(files, order or binlog):
+    for e in in_order(files, binlog):
         by_key.setdefault((e["after"] or e["before"])["id"], []).append(e)
     out: dict[int, list[tuple[str, bool]]] = {}
     for key, es in by_key.items():
@@ -130,38 +132,22 @@ def binlog(e: dict) -> tuple:
 def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
     cli_project: Any, target: str
 ) -> None:
-    """MySQL's binlog order (the example as a user installs it) and, in the same runs, SQL
-    Server's LSN order (`preset: sqlserver`, SQLSERVER_FILES), the current state and the
-    history of each after every run."""
     cli = cli_project(target)
     models = cli.root / "dbt_project" / "models" / "debezium_mysql"
     shutil.copytree(EXAMPLE, models)  # as a user installs the example
     landing = cli.root / "landing" / "debezium-mysql" / "customers"
     landing.mkdir(parents=True)
-    sqlserver_landing = install_sqlserver(cli.root)
     written: list[tuple[str, list[dict]]] = []
-    sqlserver_written: list[tuple[str, list[dict]]] = []
     for run in (1, 2):
         for (name, when), events in FILES.items():
             if when == run:
                 (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
                 written.append((name, events))
-        name, events = SQLSERVER_FILES[run - 1]
-        (sqlserver_landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
-        sqlserver_written.append((name, events))
         cli.runner("run")
         rows = cli.table("{{ ref('mysql_customers_current') }}")
         got = {int(r["id"]): r["first_name"] for r in rows}
         assert got == fold(written, binlog), (run, got)
         assert versions(cli.table("{{ ref('mysql_customers_history') }}")) == history(written)
-        rows = cli.table("{{ ref('sqlserver_customers_current') }}")
-        got = {int(r["id"]): r["first_name"] for r in rows}
-        assert got == fold(sqlserver_written, lsns), (run, got)
-        rows = cli.table("{{ ref('sqlserver_customers_history') }}")
-        assert versions(rows) == history(sqlserver_written, lsns), (run, versions(rows))
-    assert got == {1: "ann-b", 3: "bob-3", 4: "dee-2"}
-    # In the order the Files arrived, another table.
-    assert fold(SQLSERVER_FILES, lambda e: 0) != got
     # The scenario tells the orders apart: by position alone, or the file name as text,
     # another customer wins.
     everything = [(n, es) for (n, _), es in FILES.items()]
@@ -226,8 +212,9 @@ def lsns(e: dict) -> tuple:
 
 
 def install_sqlserver(root: Any) -> Any:
-    """The MySQL example's declaration and models renamed for SQL Server's connector with
-    `debezium: {preset: sqlserver}` (which declares the position's columns); its landing."""
+    """The MySQL example's declaration and current-state model renamed for SQL Server's
+    connector with `debezium: {preset: sqlserver}` (which declares the position's columns);
+    its landing."""
     models = root / "dbt_project" / "models" / "sqlserver"
     models.mkdir()
     text = (EXAMPLE / "mysql_customers.yml").read_text().replace("mysql_", "sqlserver_")
@@ -238,10 +225,10 @@ def install_sqlserver(root: Any) -> Any:
         "debezium": {"preset": "sqlserver"},
     }  # fmt: skip
     table["columns"] = [c for c in table["columns"] if c["name"] in ("id", "first_name", "email")]
+    doc["models"] = doc["models"][:1]  # the current state
     (models / "sqlserver_customers.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    for kind in ("current", "history"):
-        sql = (EXAMPLE / f"mysql_customers_{kind}.sql").read_text().replace("mysql_", "sqlserver_")
-        (models / f"sqlserver_customers_{kind}.sql").write_text(sql)
+    sql = (EXAMPLE / "mysql_customers_current.sql").read_text().replace("mysql_", "sqlserver_")
+    (models / "sqlserver_customers_current.sql").write_text(sql)
     landing = root / "landing" / "sqlserver" / "customers"
     landing.mkdir(parents=True)
     return landing
@@ -314,10 +301,12 @@ def apply_rows(state: dict[int, str], rows: list[tuple]) -> None:
             state[key] = name
 
 
-def install_dms(cli: Any, name: str, landing: str, timestamp: bool) -> None:
+def install_dms(
+    cli: Any, name: str, landing: str, timestamp: bool, composite: bool = False
+) -> None:
     """docs/examples/dms_defaults as entity ``name``, with a history model beside the current
     state; ``timestamp``: timestampColumnName=changed_at orders the changes instead of the
-    Files' names."""
+    Files' names; ``composite``: changed_at then change_no (no reloads, no history model)."""
     models = cli.root / "dbt_project" / "models" / name
     models.mkdir()
     doc = yaml.safe_load((DMS_EXAMPLE / "dms_customers.yml").read_text())
@@ -327,14 +316,57 @@ def install_dms(cli: Any, name: str, landing: str, timestamp: bool) -> None:
     if timestamp:
         table["meta"]["cdc"]["sequence"] = {"column": "changed_at", "ties": "line"}
         table["columns"].insert(1, {"name": "changed_at", "data_type": "timestamp"})
+    if composite:
+        table["meta"]["cdc"]["sequence"] = ["changed_at", "change_no"]
+        table["meta"]["cdc"].pop("reloads")
+        table["columns"][1:1] = [
+            {"name": "changed_at", "data_type": "timestamp"},
+            {"name": "change_no", "data_type": "bigint"},
+        ]
     current = dict(doc["models"][0], name=f"{name}_current")
     history = dict(current, name=f"{name}_history")
     history["config"] = dict(current["config"], meta={"cdc": {"apply": True, "history": True}})
-    doc["models"] = [current, history]
+    doc["models"] = [current] if composite else [current, history]
     (models / f"{name}.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     sql = (DMS_EXAMPLE / "dms_customers_current.sql").read_text().replace("dms_customers", name)
-    for model in (current, history):
+    for model in doc["models"]:
         (models / f"{model['name']}.sql").write_text(sql)
+
+
+# A sequence of two columns: the commit time, then the change's number in its transaction (it
+# starts again in each one). (run, File, rows): a row is (Op, commit time, change number, id,
+# name); the second File holds an earlier transaction's change of id 1.
+T = "2026-03-01 08:00:0"
+COMPOSITE_FILES = [
+    (1, "20260301-080000000.csv", [
+        ("I", T + "0", 1, 1, "Ann"), ("I", T + "0", 2, 2, "Bob"),
+        ("U", T + "5", 1, 1, "Ann-5"),
+        ("U", T + "5", 10, 2, "Bob-5b"),  # change 10 after change 9: as numbers, not as text
+        ("U", T + "5", 9, 2, "Bob-5a"),
+        ("I", T + "5", 11, 3, "Cid")]),
+    (1, "20260301-080100000.csv", [("U", T + "3", 50, 1, "Ann-3")]),
+    (1, "20260301-080200000.csv", [("U", T + "6", 3, 1, "Ann-6"), ("D", T + "7", 1, 3, "Cid")]),
+]  # fmt: skip
+
+
+def in_turn(row: tuple) -> tuple:
+    """The declared order: the commit time, then the change's number."""
+    return (row[1], row[2])
+
+
+def composite_history(runs: int, order: Any) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its versions (name, open) after ``runs`` runs, the rows sorted by ``order`` then
+    File and line; a delete closes the version before it."""
+    rows = [
+        (order(r), i, j, r)
+        for i, (run, _, rs) in enumerate(COMPOSITE_FILES) if run <= runs
+        for j, r in enumerate(rs)
+    ]  # fmt: skip
+    out: dict[int, list[tuple[str, bool]]] = {}
+    for *_, (op, _, _, key, name) in sorted(rows, key=lambda t: t[:3]):
+        done = [(n, False) for n, _ in out.get(key, [])]
+        out[key] = done + ([] if op == "D" else [(name, True)])
+    return out
 
 
 @pytest.mark.parametrize("target", ["postgres", "local"])
@@ -383,3 +415,41 @@ def naive_dms_fold() -> dict[int, str]:
     for _, _, rows in files:
         apply_rows(state, rows)
     return state
+
+
+def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources_do(
+    cli_project: Any,
+) -> None:
+    """On PostgreSQL, against folds of the Files, the current state of two entities.
+    `debezium: {preset: sqlserver}` (SQLSERVER_FILES): the connector's initial snapshot (read
+    events with no change LSN or serial number) before every streamed change; LSNs past
+    0x...9 -> 0x...a as hexadecimal text; a key's primary-key update as a delete and a create
+    at one change LSN; a later File holding an earlier transaction's change. DMS CSV with
+    `sequence: [changed_at, change_no]` (COMPOSITE_FILES): the commit time decides, then the
+    change's number as a number, which neither column alone (nor the number as text) gives."""
+    cli = cli_project("postgres")
+    sqlserver = install_sqlserver(cli.root)
+    for name, events in SQLSERVER_FILES:
+        (sqlserver / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+    install_dms(cli, "by_two", "dms-composite/customers/*.csv", timestamp=False, composite=True)
+    composite = cli.root / "landing" / "dms-composite" / "customers"
+    composite.mkdir(parents=True)
+    for _, name, rows in COMPOSITE_FILES:
+        lines = [f"{op},{t},{n},{key},{who},gold,1.00,2026-03-01 00:00:00"
+                 for op, t, n, key, who in rows]  # fmt: skip
+        (composite / name).write_text("\n".join(lines) + "\n")
+    cli.runner("run")
+
+    rows = cli.table("{{ ref('sqlserver_customers_current') }}")
+    got = {int(r["id"]): r["first_name"] for r in rows}
+    assert got == fold(SQLSERVER_FILES, lsns) == {1: "ann-b", 3: "bob-3", 4: "dee-2"}, got
+    assert fold(SQLSERVER_FILES, lambda e: 0) != got  # in the order the Files arrived: another
+
+    want = composite_history(1, in_turn)
+    rows = cli.table("{{ ref('by_two_current') }}")
+    current = {int(r["customer_id"]): r["name"] for r in rows}
+    assert (
+        current == {k: v[-1][0] for k, v in want.items() if v[-1][1]} == {1: "Ann-6", 2: "Bob-5b"}
+    ), current
+    for wrong in (lambda r: r[1], lambda r: r[2], lambda r: (r[1], str(r[2]))):
+        assert composite_history(1, wrong) != want

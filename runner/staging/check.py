@@ -348,9 +348,24 @@ def written_counts(entity: Entity, appended: DataFrame) -> dict[str, int]:
 
 def unsortable_sequence(entity: Entity) -> Check | None:
     """A sequence value that cannot be ordered as text (a negative number), when the entity
-    breaks ties by the line."""
+    breaks ties by the line or orders by several columns."""
     from pyspark.sql import functions as F
 
+    if len(entity.sequence_columns) > 1:
+        numbers = [
+            n for n in entity.sequence_columns
+            if (t := entity.column(n).data_type.lower()) in INTEGER_TYPES or t.startswith("decimal")
+        ]  # fmt: skip
+        if not numbers:
+            return None
+        why = "a negative sequence (a sequence of several columns orders it as text)"
+        negative = F.lit(False)
+        for n in numbers:
+            negative = negative | F.coalesce(F.col(n) < 0, F.lit(False))
+        message = F.coalesce(
+            *[F.when(F.col(n) < 0, F.lit(f"column {n!r}: {why}")) for n in numbers]
+        )
+        return negative, message
     if not entity.sequence_ties:
         return None
     t = entity.column(entity.sequence).data_type.lower()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from runner.destinations.base import FileToStage
-from runner.entities import Entity
+from runner.entities import INTEGER_TYPES, Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
@@ -198,13 +198,51 @@ def typed_columns(raw: DataFrame, entity: Entity, header: list[str]) -> DataFram
     )
     if entity.format == "debezium":
         out = out.withColumn(SEQUENCE_BASE, sequence_base(entity))
+    elif len(entity.sequence_columns) > 1:
+        out = out.withColumn(SEQUENCE_BASE, composite_sequence(entity))
     return out
+
+
+def composite_sequence(entity: Entity) -> Column:
+    """A sequence of several columns as one sortable string: each column's sortable text, a
+    string followed by U+0001 (below any character it holds, so that a shorter string sorts
+    before a longer one it begins), any other by ``.``."""
+    from pyspark.sql import functions as F
+
+    parts: list[Column] = []
+    for name in entity.sequence_columns:
+        kind = entity.column(name).data_type
+        text = sortable_text(F.col(name), kind)
+        parts += [text, F.lit("\u0001" if _is_text(kind) else ".")]
+    return F.concat(*parts)
+
+
+def _is_text(data_type: str) -> bool:
+    t = data_type.lower()
+    return not (
+        t in ("timestamp", "timestamp_ntz", "date") or t in INTEGER_TYPES or t.startswith("decimal")
+    )
+
+
+def sortable_text(value: Column, data_type: str) -> Column:
+    """A sequence value as text that sorts like the value (non-negative numbers)."""
+    from pyspark.sql import functions as F
+
+    t = data_type.lower()
+    if t in ("timestamp", "timestamp_ntz"):
+        return F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSS")
+    if t == "date":
+        return F.date_format(value, "yyyy-MM-dd")
+    if t in INTEGER_TYPES or t.startswith("decimal"):
+        return F.lpad(value.cast("string"), 40, "0")
+    return value.cast("string")
 
 
 def sequence_of(entity: Entity) -> str:
     """The column that orders an entity's changes in staging: the declared sequence, or for
-    Debezium the sequence then ts_ms (``SEQUENCE_BASE``; a tie-break is appended at the write)."""
-    if entity.format == "debezium":
+    Debezium the sequence then ts_ms (``SEQUENCE_BASE``; a tie-break is appended at the write),
+    and for a sequence of several columns their sortable text in turn (``SEQUENCE_BASE``)."""
+    if entity.format == "debezium" or len(entity.sequence_columns) > 1:
         return SEQUENCE_BASE
     return ID if entity.file_order is not None else entity.sequence  # file order: see _by_line
 

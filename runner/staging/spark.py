@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING
 
 from runner.contract import lineage_columns, lineage_on
 from runner.destinations.base import FileToStage, Restage, StagedBatch, StagingWriter
-from runner.entities import INTEGER_TYPES, Entity
 from runner.entities import Column as EntityColumn
+from runner.entities import Entity
 from runner.errors import ConfigError, IntegrityError
 from runner.staging import reloads
 from runner.staging.check import (
@@ -78,6 +78,7 @@ from runner.staging.read import (
     op_map,
     read_files,
     sequence_of,
+    sortable_text,
     typed_columns,
     undeclared_json_field,
 )
@@ -342,7 +343,7 @@ def _stage_group(
                 )
             else:
                 bad[f.file_id] = (
-                    f"{at_row(entity, second)}, column {entity.sequence!r}: conflicts with "
+                    f"{at_row(entity, second)}, {_sequence_named(entity)}: conflicts with "
                     f"{at_row(entity, first)}: same key ({names}) and same sequence, "
                     "different values"
                 )
@@ -597,6 +598,14 @@ def _reload_truncate(
     return first, f"{earliest[0]}."
 
 
+def _sequence_named(entity: Entity) -> str:
+    """How an error names the sequence: ``column 'x'``, or ``columns 'a', 'b'``."""
+    columns = entity.sequence_columns
+    if len(columns) == 1:
+        return f"column {columns[0]!r}"
+    return "columns " + ", ".join(repr(c) for c in columns)
+
+
 def _truncate_row(
     spark: SparkSession,
     out: DataFrame,
@@ -653,17 +662,3 @@ def _by_line(entity: Entity) -> Column:
     else:
         base = sortable_text(F.col(entity.sequence), entity.column(entity.sequence).data_type)
     return F.concat(base, F.lit("."), F.lpad(F.col(lineage["row_number"]).cast("string"), 12, "0"))
-
-
-def sortable_text(value: Column, data_type: str) -> Column:
-    """A sequence value as text that sorts like the value (non-negative numbers)."""
-    from pyspark.sql import functions as F
-
-    t = data_type.lower()
-    if t in ("timestamp", "timestamp_ntz"):
-        return F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSS")
-    if t == "date":
-        return F.date_format(value, "yyyy-MM-dd")
-    if t in INTEGER_TYPES or t.startswith("decimal"):
-        return F.lpad(value.cast("string"), 40, "0")
-    return value.cast("string")
