@@ -217,6 +217,12 @@ def _nodes_span(results: list[Any]) -> float:
 RACE_LOST_SIGNS = (
     "commitfailedexception",
     "found conflicting files",
+    # ... and a merge-on-read table's (the apply targets): deletes committed by the other build
+    "found conflicting deleted files",
+    "found new conflicting delete files",
+    "found new delete for replaced data file",
+    "found new position delete for replaced data file",
+    "found concurrently added dv for",
     "missing required files to delete",
     "table uuid does not match",
     "has been concurrently modified",

@@ -55,6 +55,11 @@ def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
         "been concurrently modified. Row-level operation scan snapshot ID: 1",
         "org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can "
         "contain records matching true: [/w/customers/data/0.parquet]",
+        # a merge-on-read target: Iceberg 1.9's validation of the row delta
+        "org.apache.iceberg.exceptions.ValidationException: Found new conflicting delete files "
+        "that can apply to records matching true: [/w/customers/data/0-deletes.parquet]",
+        "org.apache.iceberg.exceptions.ValidationException: Found conflicting deleted files that "
+        "can contain records matching true: [/w/customers/data/0.parquet]",
         "java.lang.IllegalStateException: Table UUID does not match: current=6b != refreshed=46",
         "org.apache.iceberg.exceptions.NoSuchTableException: Failed to load table "
         "s.customers_changes_history__cdc_batch from catalog spark_catalog: dropped by another "
