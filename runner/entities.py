@@ -97,6 +97,12 @@ ENVELOPE_FIELD = re.compile(
 INTEGER_TYPES = ("tinyint", "smallint", "int", "integer", "bigint")
 
 
+def is_number_type(data_type: str) -> bool:
+    """An integer or a decimal: a sequence value staged as zero-padded text."""
+    t = data_type.lower()
+    return t in INTEGER_TYPES or t.startswith("decimal")
+
+
 @dataclass(frozen=True)
 class Column:
     name: str

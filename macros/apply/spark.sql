@@ -25,16 +25,7 @@
   {%- if config.get('file_format') != 'iceberg' or not cdc.is_apply_model() -%}
     {{ return(dbt.spark__tblproperties_clause()) }}
   {%- endif -%}
-  {%- set props = cdc.apply_target_properties() -%}
+  {%- set props = cdc.merge_on_read_properties() -%}
   {%- do props.update(config.get('tblproperties') or {}) -%}
-  {%- set pairs = [] -%}
-  {%- for name, value in props.items() -%}
-    {%- do pairs.append(cdc.sql_string(name) ~ ' = ' ~ cdc.sql_string(value | string)) -%}
-  {%- endfor -%}
-  {{ return(' tblproperties (' ~ pairs | join(', ') ~ ')' if pairs else '') }}
-{% endmacro %}
-
-{% macro apply_target_properties() %}
-  {{ return({'write.merge.mode': 'merge-on-read', 'write.update.mode': 'merge-on-read',
-             'write.delete.mode': 'merge-on-read'}) }}
+  {{ return(cdc.tblproperties_sql(props)) }}
 {% endmacro %}

@@ -89,8 +89,15 @@
 {% macro default__state_table_properties() %}{{ return({}) }}{% endmacro %}
 {% macro spark__state_table_properties() %}
   {%- if var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return({}) }}{%- endif -%}
+  {%- set props = cdc.merge_on_read_properties() -%}
+  {%- do props.update({'commit.retry.num-retries': '20'}) -%}
+  {{ return(props) }}
+{% endmacro %}
+
+{#- Iceberg's row-level writes as delete files (the state tables, the apply targets). -#}
+{% macro merge_on_read_properties() %}
   {{ return({'write.merge.mode': 'merge-on-read', 'write.update.mode': 'merge-on-read',
-             'write.delete.mode': 'merge-on-read', 'commit.retry.num-retries': '20'}) }}
+             'write.delete.mode': 'merge-on-read'}) }}
 {% endmacro %}
 {% macro databricks__state_table_properties() %}{{ return({}) }}{% endmacro %}
 
@@ -105,11 +112,15 @@
 {% macro databricks__state_table_partition_clause(spec) %}{{ return('') }}{% endmacro %}
 
 {% macro state_table_properties_clause() %}
-  {%- set props = cdc.state_table_properties() -%}
+  {{ return(cdc.tblproperties_sql(cdc.state_table_properties())) }}
+{% endmacro %}
+
+{#- ` tblproperties ('k' = 'v', ...)` of a mapping, '' for an empty one. -#}
+{% macro tblproperties_sql(props) %}
   {%- if not props -%}{{ return('') }}{%- endif -%}
   {%- set pairs = [] -%}
   {%- for k, v in props.items() | sort -%}
-    {%- do pairs.append(cdc.sql_string(k) ~ ' = ' ~ cdc.sql_string(v)) -%}
+    {%- do pairs.append(cdc.sql_string(k) ~ ' = ' ~ cdc.sql_string(v | string)) -%}
   {%- endfor -%}
   {{ return(' tblproperties (' ~ pairs | join(', ') ~ ')') }}
 {% endmacro %}

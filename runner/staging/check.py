@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.contract import lineage_columns
 from runner.destinations.base import Restage, StagingWriter
-from runner.entities import INTEGER_TYPES, Entity
+from runner.entities import Entity, is_number_type
 from runner.staging.debezium import (
     ENVELOPE,
     TOMBSTONE,
@@ -352,10 +352,7 @@ def unsortable_sequence(entity: Entity) -> Check | None:
     from pyspark.sql import functions as F
 
     if len(entity.sequence_columns) > 1:
-        numbers = [
-            n for n in entity.sequence_columns
-            if (t := entity.column(n).data_type.lower()) in INTEGER_TYPES or t.startswith("decimal")
-        ]  # fmt: skip
+        numbers = [n for n in entity.sequence_columns if is_number_type(entity.column(n).data_type)]
         if not numbers:
             return None
         why = "a negative sequence (a sequence of several columns orders it as text)"
@@ -369,7 +366,7 @@ def unsortable_sequence(entity: Entity) -> Check | None:
     if not entity.sequence_ties:
         return None
     t = entity.column(entity.sequence).data_type.lower()
-    if not (t in INTEGER_TYPES or t.startswith("decimal")):  # float, double: refused (entities)
+    if not is_number_type(t):  # float, double: refused (entities)
         return None
     return (
         F.col(entity.sequence) < 0,

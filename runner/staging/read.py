@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
 
 from runner.destinations.base import FileToStage
-from runner.entities import INTEGER_TYPES, Entity
+from runner.entities import Entity, is_number_type
 from runner.errors import ConfigError, IntegrityError
 from runner.fs import FilePath, RemoteFile, same_store_spellings
 from runner.staging.debezium import (
@@ -213,15 +213,12 @@ def composite_sequence(entity: Entity) -> Column:
     for name in entity.sequence_columns:
         kind = entity.column(name).data_type
         text = sortable_text(F.col(name), kind)
-        parts += [text, F.lit("\u0001" if _is_text(kind) else ".")]
+        as_text = not is_number_type(kind) and kind.lower() not in TIME_TYPES
+        parts += [text, F.lit("\u0001" if as_text else ".")]
     return F.concat(*parts)
 
 
-def _is_text(data_type: str) -> bool:
-    t = data_type.lower()
-    return not (
-        t in ("timestamp", "timestamp_ntz", "date") or t in INTEGER_TYPES or t.startswith("decimal")
-    )
+TIME_TYPES = ("timestamp", "timestamp_ntz", "date")
 
 
 def sortable_text(value: Column, data_type: str) -> Column:
@@ -233,7 +230,7 @@ def sortable_text(value: Column, data_type: str) -> Column:
         return F.date_format(value, "yyyy-MM-dd HH:mm:ss.SSSSSS")
     if t == "date":
         return F.date_format(value, "yyyy-MM-dd")
-    if t in INTEGER_TYPES or t.startswith("decimal"):
+    if is_number_type(t):
         return F.lpad(value.cast("string"), 40, "0")
     return value.cast("string")
 
