@@ -426,7 +426,8 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
     0x...9 -> 0x...a as hexadecimal text; a key's primary-key update as a delete and a create
     at one change LSN; a later File holding an earlier transaction's change. DMS CSV with
     `sequence: [changed_at, change_no]` (COMPOSITE_FILES): the commit time decides, then the
-    change's number as a number, which neither column alone (nor the number as text) gives."""
+    change's number as a number, which neither column alone (nor the number as text) gives.
+    A `--full-refresh` of the first builds the same table again from every staged File."""
     cli = cli_project("postgres")
     sqlserver = install_sqlserver(cli.root)
     for name, events in SQLSERVER_FILES:
@@ -444,6 +445,12 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
     got = {int(r["id"]): r["first_name"] for r in rows}
     assert got == fold(SQLSERVER_FILES, lsns) == {1: "ann-b", 3: "bob-3", 4: "dee-2"}, got
     assert fold(SQLSERVER_FILES, lambda e: 0) != got  # in the order the Files arrived: another
+    # --full-refresh forgets the table's markers and tombstones and applies every File again
+    cli.dbt("build", "--full-refresh", "--select", "sqlserver_customers_current")
+    again = {
+        int(r["id"]): r["first_name"] for r in cli.table("{{ ref('sqlserver_customers_current') }}")
+    }
+    assert again == got, again
 
     want = composite_history(1, in_turn)
     rows = cli.table("{{ ref('by_two_current') }}")

@@ -1,15 +1,24 @@
 {#- Small SQL pieces the apply paths (current state, history, snapshot, transactions) share:
     resetting a target's state, open history rows, key text, scratch tables, the time now. -#}
 
-{#- Statements that forget this target's markers and tombstones: before (re)creating it. -#}
+{#- Statements that forget this target's markers and tombstones: before (re)creating it. Only
+    the state tables that hold something to forget get a DELETE: one count over the four first
+    (a new target, the usual first build, has nothing in any of them). -#}
 {% macro reset_statements(target_name, before=none) %}
   {%- set where = ' where ' ~ adapter.quote('target_table') ~ ' = ' ~ cdc.sql_string(target_name) -%}
-  {%- set statements = [] -%}
-  {%- for name, written_at in [('applied_files', 'applied_at'), ('tombstones', 'deleted_at'),
-                                ('history_deletes', 'applied_at'), ('held_files', 'updated_at')] -%}
+  {%- set tables = [('applied_files', 'applied_at'), ('tombstones', 'deleted_at'),
+                    ('history_deletes', 'applied_at'), ('held_files', 'updated_at')] -%}
+  {%- set deletes = [] -%}
+  {%- set counts = [] -%}
+  {%- for name, written_at in tables -%}
     {%- set fence = '' if before is none else ' and unix_micros(' ~ adapter.quote(written_at) ~ ') < ' ~ before -%}
-    {%- do statements.append('delete from ' ~ cdc.state_relation(name) ~ where ~ fence) -%}
+    {%- do deletes.append('delete from ' ~ cdc.state_relation(name) ~ where ~ fence) -%}
+    {%- do counts.append('select ' ~ loop.index0 ~ ' as cdc_table from ' ~ cdc.state_relation(name) ~ where ~ fence) -%}
   {%- endfor -%}
+  {%- if not execute -%}{{ return(deletes) }}{%- endif -%}
+  {%- set held = run_query('select distinct cdc_table from (' ~ counts | join(' union all ') ~ ') as cdc_held').columns[0].values() | map('int') | list -%}
+  {%- set statements = [] -%}
+  {%- for i in held | sort -%}{%- do statements.append(deletes[i]) -%}{%- endfor -%}
   {{ return(statements) }}
 {% endmacro %}
 
