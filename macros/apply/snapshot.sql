@@ -49,7 +49,7 @@
 {% macro apply_snapshot_files_sql(ctx) %}
   {{ return(adapter.dispatch('apply_snapshot_files_sql', 'cdc')(ctx)) }}
 {% endmacro %}
-{% macro default__apply_snapshot_files_sql(ctx) %}
+{% macro default__apply_snapshot_files_sql(ctx, as_select=false) %}
   {%- set q, lin = adapter.quote, ctx.lin -%}
   {%- set stale -%}
     case when cdc_done.cdc_watermark is not null
@@ -130,7 +130,18 @@
       ) as {{ q('cdc__pos') }}
     from cdc_ranked cross join cdc_upto
   {%- endset -%}
-  {{ return(cdc.create_scratch_sql(ctx.batch_files, sql)) }}
+  {{ return(sql if as_select else cdc.create_scratch_sql(ctx.batch_files, sql)) }}
+{% endmacro %}
+{#- Spark: read now, as the statements are rendered, and kept as literals in a temporary view
+    (apply/steps/batch_files.sql). Only the target's dedupe can run before this step, and it
+    runs for a current state, whose Files this select finds without reading the target. -#}
+{% macro spark__apply_snapshot_files_sql(ctx) %}
+  {%- if ctx.batch_files.schema is not none or not execute -%}
+    {{ return(cdc.default__apply_snapshot_files_sql(ctx)) }}
+  {%- endif -%}
+  {%- set found = run_query(cdc.default__apply_snapshot_files_sql(ctx, as_select=true)) -%}
+  {{ return(cdc.spark_rows_view_sql(ctx.batch_files, found,
+      ['string', 'string', 'string', 'date', 'bigint', 'int', 'int'])) }}
 {% endmacro %}
 
 {% macro apply_snapshot_classify_sql(ctx) %}

@@ -16,29 +16,44 @@
   {%- if ctx.batch_files.schema is not none or not execute -%}
     {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
   {%- endif -%}
-  {%- set found = run_query(cdc.batch_files_select(ctx)) -%}
   {#- the columns as batch_files_select names them: three strings, then the counts -#}
+  {{ return(cdc.spark_rows_view_sql(ctx.batch_files, run_query(cdc.batch_files_select(ctx)),
+      ['string', 'string', 'string', 'bigint', 'bigint'])) }}
+{% endmacro %}
+
+{#- Spark: `create or replace temporary view <relation>` of the rows of `found` (a query's
+    result) as literals, its columns typed in turn as `types` say (string, date or an integer
+    type); with no rows, an empty select of those columns. -#}
+{% macro spark_rows_view_sql(relation, found, types) %}
   {%- set quoted = [] -%}
   {%- for name in found.column_names -%}{%- do quoted.append(adapter.quote(name)) -%}{%- endfor -%}
   {%- set rows = [] -%}
   {%- for r in found.rows -%}
     {%- set values = [] -%}
-    {%- for v in r.values()[:3] -%}
-      {%- do values.append('cast(null as string)' if v is none else cdc.sql_string(v)) -%}
+    {%- for v in r.values() -%}
+      {%- set kind = types[loop.index0] -%}
+      {%- if v is none -%}
+        {%- do values.append('cast(null as ' ~ kind ~ ')') -%}
+      {%- elif kind == 'string' -%}
+        {%- do values.append(cdc.sql_string(v)) -%}
+      {%- elif kind == 'date' -%}
+        {%- do values.append('date ' ~ cdc.sql_string(v.isoformat()[:10])) -%}
+      {%- else -%}
+        {%- do values.append('cast(' ~ (v | int) ~ ' as ' ~ kind ~ ')') -%}
+      {%- endif -%}
     {%- endfor -%}
-    {%- for v in r.values()[3:] -%}{%- do values.append('cast(' ~ (v | int) ~ ' as bigint)') -%}{%- endfor -%}
     {%- do rows.append('(' ~ values | join(', ') ~ ')') -%}
   {%- endfor -%}
   {%- if rows -%}
-    {%- set body = 'select * from values ' ~ rows | join(',\n      ') ~ ' as cdc_files(' ~ quoted | join(', ') ~ ')' -%}
+    {%- set body = 'select * from values ' ~ rows | join(',\n      ') ~ ' as cdc_rows(' ~ quoted | join(', ') ~ ')' -%}
   {%- else -%}
     {%- set empty = [] -%}
     {%- for name in quoted -%}
-      {%- do empty.append('cast(null as ' ~ ('string' if loop.index <= 3 else 'bigint') ~ ') as ' ~ name) -%}
+      {%- do empty.append('cast(null as ' ~ types[loop.index0] ~ ') as ' ~ name) -%}
     {%- endfor -%}
     {%- set body = 'select ' ~ empty | join(', ') ~ ' where false' -%}
   {%- endif -%}
-  {{ return('create or replace temporary view ' ~ ctx.batch_files ~ ' as ' ~ body) }}
+  {{ return('create or replace temporary view ' ~ relation ~ ' as ' ~ body) }}
 {% endmacro %}
 
 {#- The Files of this batch, each with its row count (and held rows) in the model's source. -#}
@@ -73,8 +88,8 @@
   {{ return(sql) }}
 {% endmacro %}
 
-{#- Where the batch's Files are kept: a scratch table, or on Spark (not Databricks, not for
-    snapshot applies) a temporary view, which has no schema. -#}
+{#- Where the batch's Files are kept: a scratch table, or on Spark (not Databricks) a temporary
+    view, which has no schema. -#}
 {% macro batch_files_relation(target, mode) %}
   {{ return(adapter.dispatch('batch_files_relation', 'cdc')(target, mode)) }}
 {% endmacro %}
@@ -88,7 +103,6 @@
     that two apply models of one name in two schemas, built at once in one session (threads),
     never share it. -#}
 {% macro spark__batch_files_relation(target, mode) %}
-  {%- if mode == 'snapshot' -%}{{ return(cdc.scratch_relation(target, 'files')) }}{%- endif -%}
   {%- set tag = local_md5((target.schema ~ '.' ~ target.identifier) | lower)[:12] -%}
   {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_files_' ~ tag, type='view')) }}
 {% endmacro %}
