@@ -223,6 +223,8 @@ RACE_LOST_SIGNS = (
     "found new delete for replaced data file",
     "found new position delete for replaced data file",
     "found concurrently added dv for",
+    # ... or rewrote (the other build's dedupe, `runner maintain`) a data file this one deletes from
+    "cannot commit, missing data files",
     "missing required files to delete",
     "table uuid does not match",
     "has been concurrently modified",

@@ -60,6 +60,8 @@ def test_the_spark_catalogs_database_going_away_is_said_too() -> None:
         "that can apply to records matching true: [/w/customers/data/0-deletes.parquet]",
         "org.apache.iceberg.exceptions.ValidationException: Found conflicting deleted files that "
         "can contain records matching true: [/w/customers/data/0.parquet]",
+        "org.apache.iceberg.exceptions.ValidationException: Cannot commit, missing data files: "
+        "[/w/customers/data/00000-11-1f-0-00001.parquet]",
         "java.lang.IllegalStateException: Table UUID does not match: current=6b != refreshed=46",
         "org.apache.iceberg.exceptions.NoSuchTableException: Failed to load table "
         "s.customers_changes_history__cdc_batch from catalog spark_catalog: dropped by another "
