@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from audit import AuditDB, FileRecord, IllegalTransition
-from runner.destinations import FileToStage
+from runner.destinations import Destination, FileToStage
 from runner.destinations.base import StagingWriter
 from runner.discover import LandedFile, discover_each, settle
 from runner.entities import Column as EntityColumn
@@ -124,8 +124,9 @@ def ingest(
         writer = destination.writer()  # one for all entities: it makes the state tables once
         for entity in chosen:
             with phases.time("stage"):
-                stager = _Stager(spark, db, entity, process_id, writer, result, progress)
-                stager.file_identity = destination.file_identity
+                stager = _Stager(
+                    spark, db, entity, process_id, destination, writer, result, progress
+                )
                 stager.effective_date = effective_date
                 stager.spool = spool
                 if entity in waiting:
@@ -212,16 +213,16 @@ class _Stager:
         db: AuditDB,
         entity: Entity,
         process_id: str,
+        destination: Destination,
         writer: StagingWriter,
         result: IngestResult,
         progress: Progress,
     ) -> None:
         self.spark, self.db, self.entity = spark, db, entity
-        self.process_id, self.writer = process_id, writer
+        self.process_id, self.destination, self.writer = process_id, destination, writer
         self.result, self.progress = result, progress
         self.effective_date: date | None = None  # runner ingest --effective-date
         self.spool: Spool | None = None  # remote Files read from local copies (runner/spool.py)
-        self.file_identity = "input_file_name"  # how a staged row names its File (Destination)
 
     def pending(self) -> None:
         """Claim and stage the entity's PENDING Files."""
@@ -265,7 +266,7 @@ class _Stager:
                 to_stage,
                 self.process_id,
                 self.writer,
-                self.file_identity,
+                self.destination.file_identity,
                 self.effective_date,
                 self._staged_before(),
             )

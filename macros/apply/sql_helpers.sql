@@ -2,7 +2,7 @@
     resetting a target's state, open history rows, key text, scratch tables, the time now. -#}
 
 {#- Statements that forget this target's markers and tombstones: before (re)creating it. Only
-    the state tables that hold something to forget get a DELETE: one count over the four first
+    the state tables that hold something to forget get a DELETE: one query over the four first
     (a new target, the usual first build, has nothing in any of them). -#}
 {% macro reset_statements(target_name, before=none) %}
   {%- set where = ' where ' ~ adapter.quote('target_table') ~ ' = ' ~ cdc.sql_string(target_name) -%}
