@@ -16,7 +16,7 @@ runs) and by timestampColumnName.
 On PostgreSQL: Debezium's SQL Server connector (`preset: sqlserver`: commit LSN, change LSN,
 serial number; its initial snapshot's read events, without the last two, before every
 change), and DMS Files ordered by a sequence of two columns (a commit time, then the change's
-number in its transaction)."""
+number in its transaction): the current state and the change-log history of each."""
 
 from __future__ import annotations
 
@@ -95,11 +95,14 @@ def fold(files: list[tuple[str, list[dict]]], order: Any) -> dict[int, str]:
     return now
 
 
-def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bool]]]:
-    """id -> its versions in binlog order: (first_name, open), a version closed by the next
-    event of its id (a change or a delete), the last one open unless a delete follows it."""
+def history(
+    files: list[tuple[str, list[dict]]], order: Any = None
+) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its versions in the source's order (``order``, binlog's by default): (first_name,
+    open), a version closed by the next event of its id (a change or a delete), the last one
+    open unless a delete follows it."""
     by_key: dict[int, list[dict]] = {}
-    for e in in_order(files, binlog):
+    for e in in_order(files, order or binlog):
         by_key.setdefault((e["after"] or e["before"])["id"], []).append(e)
     out: dict[int, list[tuple[str, bool]]] = {}
     for key, es in by_key.items():
@@ -109,16 +112,18 @@ def history(files: list[tuple[str, list[dict]]]) -> dict[int, list[tuple[str, bo
     return out
 
 
-def versions(rows: list[dict]) -> dict[int, list[tuple[str, bool]]]:
-    """id -> its history rows by valid-from: (first_name, open); each closed one ends where the
-    id's next version begins, when there is one."""
+def versions(
+    rows: list[dict], key: str = "id", name: str = "first_name"
+) -> dict[int, list[tuple[str, bool]]]:
+    """id -> its history rows by valid-from: (name, open); each closed one ends where the id's
+    next version begins, when there is one."""
     out: dict[int, list[dict]] = {}
     for r in sorted(rows, key=lambda r: r["_cdc_valid_from"]):
-        out.setdefault(int(r["id"]), []).append(r)
+        out.setdefault(int(r[key]), []).append(r)
     for rs in out.values():
         for a, b in zip(rs, rs[1:], strict=False):
             assert a["_cdc_valid_to"] is not None and a["_cdc_valid_to"] <= b["_cdc_valid_from"]
-    return {k: [(r["first_name"], r["_cdc_valid_to"] is None) for r in rs] for k, rs in out.items()}
+    return {k: [(r[name], r["_cdc_valid_to"] is None) for r in rs] for k, rs in out.items()}
 
 
 def binlog(e: dict) -> tuple:
@@ -212,9 +217,9 @@ def lsns(e: dict) -> tuple:
 
 
 def install_sqlserver(root: Any) -> Any:
-    """The MySQL example's declaration and current-state model renamed for SQL Server's
-    connector with `debezium: {preset: sqlserver}` (which declares the position's columns);
-    its landing."""
+    """The MySQL example's declaration and models (current state, history) renamed for SQL
+    Server's connector with `debezium: {preset: sqlserver}` (which declares the position's
+    columns); its landing."""
     models = root / "dbt_project" / "models" / "sqlserver"
     models.mkdir()
     text = (EXAMPLE / "mysql_customers.yml").read_text().replace("mysql_", "sqlserver_")
@@ -225,10 +230,10 @@ def install_sqlserver(root: Any) -> Any:
         "debezium": {"preset": "sqlserver"},
     }  # fmt: skip
     table["columns"] = [c for c in table["columns"] if c["name"] in ("id", "first_name", "email")]
-    doc["models"] = doc["models"][:1]  # the current state
     (models / "sqlserver_customers.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    sql = (EXAMPLE / "mysql_customers_current.sql").read_text().replace("mysql_", "sqlserver_")
-    (models / "sqlserver_customers_current.sql").write_text(sql)
+    for model in ("current", "history"):
+        sql = (EXAMPLE / f"mysql_customers_{model}.sql").read_text().replace("mysql_", "sqlserver_")
+        (models / f"sqlserver_customers_{model}.sql").write_text(sql)
     landing = root / "landing" / "sqlserver" / "customers"
     landing.mkdir(parents=True)
     return landing
@@ -306,7 +311,7 @@ def install_dms(
 ) -> None:
     """docs/examples/dms_defaults as entity ``name``, with a history model beside the current
     state; ``timestamp``: timestampColumnName=changed_at orders the changes instead of the
-    Files' names; ``composite``: changed_at then change_no (no reloads, no history model)."""
+    Files' names; ``composite``: changed_at then change_no (no reloads)."""
     models = cli.root / "dbt_project" / "models" / name
     models.mkdir()
     doc = yaml.safe_load((DMS_EXAMPLE / "dms_customers.yml").read_text())
@@ -326,7 +331,7 @@ def install_dms(
     current = dict(doc["models"][0], name=f"{name}_current")
     history = dict(current, name=f"{name}_history")
     history["config"] = dict(current["config"], meta={"cdc": {"apply": True, "history": True}})
-    doc["models"] = [current] if composite else [current, history]
+    doc["models"] = [current, history]
     (models / f"{name}.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
     sql = (DMS_EXAMPLE / "dms_customers_current.sql").read_text().replace("dms_customers", name)
     for model in doc["models"]:
@@ -420,7 +425,8 @@ def naive_dms_fold() -> dict[int, str]:
 def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources_do(
     cli_project: Any,
 ) -> None:
-    """On PostgreSQL, against folds of the Files, the current state of two entities.
+    """On PostgreSQL, against folds of the Files, the current state and the change-log history
+    of two entities.
     `debezium: {preset: sqlserver}` (SQLSERVER_FILES): the connector's initial snapshot (read
     events with no change LSN or serial number) before every streamed change; LSNs past
     0x...9 -> 0x...a as hexadecimal text; a key's primary-key update as a delete and a create
@@ -445,6 +451,12 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
     got = {int(r["id"]): r["first_name"] for r in rows}
     assert got == fold(SQLSERVER_FILES, lsns) == {1: "ann-b", 3: "bob-3", 4: "dee-2"}, got
     assert fold(SQLSERVER_FILES, lambda e: 0) != got  # in the order the Files arrived: another
+    # the history: each change a version in LSN order, the snapshot's rows the first versions
+    # of their keys (id 3's late-committed update before its create)
+    got_history = versions(cli.table("{{ ref('sqlserver_customers_history') }}"))
+    assert got_history == history(SQLSERVER_FILES, lsns), got_history
+    assert got_history[3] == [("bob-late", False), ("bob-3", True)], got_history
+    assert history(SQLSERVER_FILES, lambda e: 0) != got_history  # in arrival order: another
     # --full-refresh forgets the table's markers and tombstones and applies every File again
     cli.dbt("build", "--full-refresh", "--select", "sqlserver_customers_current")
     again = {
@@ -458,5 +470,7 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
     assert (
         current == {k: v[-1][0] for k, v in want.items() if v[-1][1]} == {1: "Ann-6", 2: "Bob-5b"}
     ), current
+    history_rows = cli.table("{{ ref('by_two_history') }}")
+    assert versions(history_rows, "customer_id", "name") == want, history_rows
     for wrong in (lambda r: r[1], lambda r: r[2], lambda r: (r[1], str(r[2]))):
         assert composite_history(1, wrong) != want
