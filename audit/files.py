@@ -87,6 +87,13 @@ class Files(Markers):
             ).all()
         return {state: n for state, n in rows}
 
+    def landed_bytes(self) -> int:
+        """The bytes of every File ever registered (duplicates too): an upper bound of what the
+        project's staged and applied tables were made from."""
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.coalesce(func.sum(files_t.c.size), 0))).scalar()
+        return int(total or 0)
+
     # -- registration -------------------------------------------------------------------
 
     def register_file(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from audit import AuditDB
 from runner.destinations import Destination, destination_for
+from runner.destinations.spark.session import SMALL_WORK_BYTES
 from runner.entities import Entity, load_entities
 from runner.errors import ConfigError, error_line
 from runner.heartbeat import Heartbeat
@@ -125,8 +126,15 @@ class Invocation:
     def spark(self) -> SparkSession:
         """The target's SparkSession (started on first use, or the running one)."""
         if self._spark is None:
-            self._spark = self.destination.spark_session()
+            self._spark = self.destination.spark_session(small_work=self.small_work)
         return self._spark
+
+    @property
+    def small_work(self) -> bool:
+        """Whether every File the Audit DB has registered (this run's too) adds up to at most
+        ``SMALL_WORK_BYTES``: no job of this run can meet much data, and its JVM compiles for
+        a short run (``session.with_quick_jit``)."""
+        return self.db.landed_bytes() <= SMALL_WORK_BYTES
 
     @property
     def reading_spark(self) -> SparkSession | None:

@@ -61,6 +61,54 @@ def test_the_session_jvm_maps_the_class_archive_setup_wrote(spark) -> None:
     assert str(path) in maps, f"the session's JVM did not map {path}"
 
 
+def test_a_small_project_gets_a_jvm_that_compiles_for_a_short_run(
+    spark_project: Path, audit_db
+) -> None:
+    """While the Files the Audit DB has registered add up to at most SMALL_WORK_BYTES, the
+    runner's session asks its local JVM for the first compiler tier only; past that size, on a
+    cluster, or where the profile chose the JVM's compilers itself, the JVM is as configured."""
+    from audit import utcnow
+    from runner.destinations.spark.session import (
+        CODE_CACHE,
+        QUICK_JIT,
+        SMALL_WORK_BYTES,
+        with_quick_jit,
+    )
+    from runner.ids import new_process_id
+    from runner.invocation import Invocation
+
+    inv = Invocation.of(Project.load(spark_project, target="local"), audit_db)
+    pid = new_process_id()
+    audit_db.start_run(pid, "test", "local")
+
+    def land(name: str, size: int) -> None:
+        audit_db.register_file(entity="customers", path=f"/landing/customers/{name}", size=size,
+                               mtime=utcnow(), content_hash=name * 64, process_id=pid)  # fmt: skip
+
+    assert inv.small_work  # nothing landed yet
+    land("a", SMALL_WORK_BYTES - 100)
+    land("b", 100)  # exactly the bound
+    assert inv.small_work
+    land("c", 1)
+    assert not inv.small_work
+
+    def options(conf: dict[str, str]) -> str:
+        return with_quick_jit(conf).get("spark.driver.extraJavaOptions", "")
+
+    plain = {"spark.master": "local[2]", "spark.driver.extraJavaOptions": "-Xss4m"}
+    assert options(plain) == f"-Xss4m {QUICK_JIT} {CODE_CACHE}"
+    assert options({}) == f"{QUICK_JIT} {CODE_CACHE}"  # pyspark's default master is local
+    assert options({**plain, "spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=1g"}) == (
+        f"-XX:ReservedCodeCacheSize=1g {QUICK_JIT}"
+    )
+    assert options({**plain, "spark.master": "spark://cluster:7077"}) == "-Xss4m"
+    for chosen in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Xint"):
+        assert options({**plain, "spark.driver.extraJavaOptions": chosen}) == chosen
+    # the tests' own profiles choose the compilers (helpers/project.py): theirs stay
+    conf = inv.destination.spark_conf()
+    assert with_quick_jit(conf) == conf
+
+
 def test_runner_and_dbt_read_the_same_profile(spark_project: Path) -> None:
     """dbt's own profile loader yields exactly the runner's Spark settings."""
     from dbt.adapters.spark.connections import SparkCredentials

@@ -171,8 +171,14 @@ class Destination:
         conf.update({str(k): str(v) for k, v in dict(extra).items()})
         return conf
 
-    def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
-        return build_session(self.project, self.spark_conf(), app_name, hive_support=False)
+    def spark_session(
+        self, app_name: str = "cdc-runner", *, small_work: bool = False
+    ) -> SparkSession:
+        """The SparkSession that stages (started, or the running one); ``small_work``: the
+        project's Files are few bytes (``session.with_quick_jit``)."""
+        return build_session(
+            self.project, self.spark_conf(), app_name, hive_support=False, small_work=small_work
+        )
 
     @property
     def spools_remote_files(self) -> bool:

@@ -47,7 +47,9 @@ class DatabricksDestination(Destination):
         value = str(self.project.target_setting("table_format") or "delta")
         return validate_identifier(value, "table_format")
 
-    def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
+    def spark_session(
+        self, app_name: str = "cdc-runner", *, small_work: bool = False
+    ) -> SparkSession:
         from pyspark.sql import SparkSession
 
         active = SparkSession.getActiveSession()
@@ -56,7 +58,7 @@ class DatabricksDestination(Destination):
         try:
             from databricks.connect import DatabricksSession
         except ImportError:
-            return super().spark_session(app_name)
+            return super().spark_session(app_name, small_work=small_work)
         session: SparkSession = DatabricksSession.builder.getOrCreate()
         return session
 

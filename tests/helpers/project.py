@@ -69,7 +69,8 @@ def new_schema(prefix: str = "cdc_test") -> str:
 # Every JVM of the suite (each worker's SparkSession, conftest's `spark`, and the `runner` and
 # `dbt` processes a test starts) compiles with C1 alone: on tiny test data the C2 compiler costs
 # more CPU than it saves, and two test workers share two cores. Semantics are
-# the same; users' JVMs keep the JVM's defaults (the copies below are the tests' own). C1 alone
+# the same; a user's runner asks for the same only on small work (session.with_quick_jit; the
+# copies below make every test JVM do so, whatever its data). C1 alone
 # shrinks the JVM's default code cache to 48 MB, which a long-lived JVM fills (then it stops
 # compiling): the tiered default's 240 MB is kept.
 TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"

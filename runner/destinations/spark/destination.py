@@ -131,10 +131,14 @@ class SparkDestination(Destination):
             raise ConfigError(f"profile target {project.target_name!r}: {exc}") from exc
         return dict(creds.server_side_parameters)
 
-    def spark_session(self, app_name: str = "cdc-runner") -> SparkSession:
+    def spark_session(
+        self, app_name: str = "cdc-runner", *, small_work: bool = False
+    ) -> SparkSession:
         # enableHiveSupport(), like dbt-spark's session method, so that a dbt run in the same
         # process gets this very session back from getOrCreate().
-        return build_session(self.project, self.spark_conf(), app_name, hive_support=True)
+        return build_session(
+            self.project, self.spark_conf(), app_name, hive_support=True, small_work=small_work
+        )
 
     def writer(self) -> StagingWriter:
         return SparkTableWriter("iceberg", state_schema=self.state_schema)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -149,14 +150,22 @@ def check_java() -> str:
 
 
 def build_session(
-    project: Project, conf: dict[str, str], app_name: str, *, hive_support: bool
+    project: Project,
+    conf: dict[str, str],
+    app_name: str,
+    *,
+    hive_support: bool,
+    small_work: bool = False,
 ) -> SparkSession:
-    """Build (or return the running) SparkSession with ``conf``."""
+    """Build (or return the running) SparkSession with ``conf``; ``small_work``: the session
+    will only ever see little data (``with_quick_jit``)."""
     from pyspark.sql import SparkSession
 
     _ensure_runtime(conf, project)
     ensure_schema(conf)
     conf = quiet(conf)
+    if small_work:
+        conf = with_quick_jit(conf)
     if "CDC_SPARK_LOG" not in os.environ:  # where log4j2.properties writes Spark's errors
         logs = project.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -201,6 +210,33 @@ LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
 JVM_OUTPUT_TO_STDERR = (
     "-XX:+DisplayVMOutputToStderr -Xlog:disable -Xlog:all=warning:stderr:uptime,level,tags"
 )
+
+
+# A project whose Files together are at most this many bytes is small work (`Invocation.spark`).
+SMALL_WORK_BYTES = 64 * 1024 * 1024
+# The JVM's first compiler tier only: no C2, which compiles the hottest code again, slowly, for
+# the long run. The first tier alone would also shrink the code cache to 48 MB, which a
+# long-lived JVM (`runner run --watch`) fills, and then it stops compiling: the tiered default's
+# 240 MB is kept.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
+# Options by which a profile says how the JVM compiles: a profile that has one keeps its own.
+_OWN_JIT = re.compile(r"-XX:[+-]?TieredCompilation|-XX:TieredStopAtLevel|-Xint\b|-Xcomp\b")
+
+
+def with_quick_jit(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with the driver JVM compiling with its first tier only, where Spark runs in this
+    process (``local`` master) and the settings say nothing of the JVM's compilers. A run of
+    small jobs is over before the second tier (C2) pays back the CPU it takes from two cores:
+    on small work the first tier alone finishes sooner; on large work (hot loops over millions
+    of rows) C2's code is faster, so the runner asks for this only on small work."""
+    if not str(conf.get("spark.master", "local")).startswith("local"):
+        return conf
+    opts = conf.get("spark.driver.extraJavaOptions", "")
+    if _OWN_JIT.search(opts):
+        return conf
+    added = QUICK_JIT if "ReservedCodeCacheSize" in opts else f"{QUICK_JIT} {CODE_CACHE}"
+    return {**conf, "spark.driver.extraJavaOptions": f"{opts} {added}".strip()}
 
 
 def _debug() -> bool:
