@@ -133,8 +133,11 @@ class Invocation:
     def small_work(self) -> bool:
         """Whether every File the Audit DB has registered (this run's too) adds up to at most
         ``SMALL_WORK_BYTES``: no job of this run can meet much data, and its JVM compiles for
-        a short run (``session.with_quick_jit``)."""
-        return self.db.landed_bytes() <= SMALL_WORK_BYTES
+        a short run (``session.with_quick_jit``). False where the command has not opened the
+        Audit DB (`runner migrate-catalog`): it is not opened, let alone created, for this."""
+        if self._db is None:
+            return False
+        return self._db.landed_bytes() <= SMALL_WORK_BYTES
 
     @property
     def reading_spark(self) -> SparkSession | None:

@@ -77,7 +77,9 @@ def test_a_small_project_gets_a_jvm_that_compiles_for_a_short_run(
     from runner.ids import new_process_id
     from runner.invocation import Invocation
 
-    inv = Invocation.of(Project.load(spark_project, target="local"), audit_db)
+    project = Project.load(spark_project, target="local")
+    assert not Invocation.of(project).small_work  # no Audit DB opened: the JVM as configured
+    inv = Invocation.of(project, audit_db)
     pid = new_process_id()
     audit_db.start_run(pid, "test", "local")
 
