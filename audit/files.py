@@ -91,8 +91,8 @@ class Files(Markers):
         """The bytes of every File ever registered (duplicates too): an upper bound of what the
         project's staged and applied tables were made from."""
         with self.engine.connect() as conn:
-            total = conn.execute(select(func.coalesce(func.sum(files_t.c.size), 0))).scalar()
-        return int(total or 0)
+            total = conn.execute(select(func.coalesce(func.sum(files_t.c.size), 0))).scalar_one()
+        return int(total)
 
     # -- registration -------------------------------------------------------------------
 

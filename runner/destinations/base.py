@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runner.contract import lineage_on, state_table
-from runner.destinations.spark.session import DEFAULT_STAGING_CONF, build_session
+from runner.destinations.spark.session import (
+    DEFAULT_STAGING_CONF,
+    build_session,
+    runs_in_process,
+)
 from runner.errors import ConfigError
 from runner.fs import FilePath
 from runner.staging.schema import added_columns, declared_vs_table, normal
@@ -185,7 +189,7 @@ class Destination:
         """Whether remote Files are staged from local copies (runner/spool.py): when the Spark
         that stages runs in this process (``spark.master`` local, pyspark's default), which
         has no connector for object storage. A cluster reads the URIs itself."""
-        return str(self.spark_conf().get("spark.master", "local")).startswith("local")
+        return runs_in_process(self.spark_conf())
 
     # --- staging --------------------------------------------------------------------------
     def writer(self) -> StagingWriter:  # pragma: no cover

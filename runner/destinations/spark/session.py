@@ -224,13 +224,19 @@ CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 _OWN_JIT = re.compile(r"-XX:[+-]?TieredCompilation|-XX:TieredStopAtLevel|-Xint\b|-Xcomp\b")
 
 
+def runs_in_process(conf: dict[str, str]) -> bool:
+    """Whether Spark with ``conf`` runs in this process: a ``local`` master (pyspark's
+    default), not a cluster's."""
+    return str(conf.get("spark.master", "local")).startswith("local")
+
+
 def with_quick_jit(conf: dict[str, str]) -> dict[str, str]:
     """``conf`` with the driver JVM compiling with its first tier only, where Spark runs in this
     process (``local`` master) and the settings say nothing of the JVM's compilers. A run of
     small jobs is over before the second tier (C2) pays back the CPU it takes from two cores:
     on small work the first tier alone finishes sooner; on large work (hot loops over millions
     of rows) C2's code is faster, so the runner asks for this only on small work."""
-    if not str(conf.get("spark.master", "local")).startswith("local"):
+    if not runs_in_process(conf):
         return conf
     opts = conf.get("spark.driver.extraJavaOptions", "")
     if _OWN_JIT.search(opts):
