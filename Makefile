@@ -94,11 +94,16 @@ jdbc-driver:
 
 # The runner's own modules byte-compiled, as pip does for an installed package: a short command
 # (a run with nothing new) then does not compile them each time, also where
-# PYTHONDONTWRITEBYTECODE keeps Python from writing them itself.
+# PYTHONDONTWRITEBYTECODE keeps Python from writing them itself. `dbt deps` runs again only when
+# packages.yml or the installed environment is newer than its last run, or the package link
+# (dbt_packages/cdc -> ../macros: edited macros need no deps) is gone (`make clean`, `dbt clean`).
+DEPS_DONE := $(VENV)/.dbt-deps
 setup: $(VENV)/.installed jdbc-driver
 	@$(BIN)/python -m compileall -q runner audit > /dev/null
 	@$(BIN)/runner init
-	@cd dbt_project && ../$(BIN)/dbt deps --quiet
+	@if [ -e dbt_project/dbt_packages/cdc ] && [ $(DEPS_DONE) -nt dbt_project/packages.yml ] \
+	  && [ $(DEPS_DONE) -nt $(VENV)/.installed ]; then :; else \
+	  cd dbt_project && ../$(BIN)/dbt deps --quiet && touch ../$(DEPS_DONE); fi
 	@echo "setup done: next, 'make demo' or 'make test'"
 
 # What only the tests use: every extra, Prometheus, Azurite and the BigQuery emulator.
