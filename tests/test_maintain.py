@@ -91,9 +91,14 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         assert folder.is_dir(), folder
         kept = [p for d in folder.glob("*__cdc_*") for p in d.rglob("*") if p.is_file()]
         assert not kept, kept  # (Iceberg's purge leaves the emptied folders)
-        # What a build that died leaves (its scratch tables are named with its invocation id)
+        # the applies' scratch tables were in their own catalog, gone with their folders
+        scratch = Path(spark.conf.get("spark.sql.catalog.cdc_scratch.warehouse"))
+        assert scratch.is_dir() and not list(scratch.rglob("*__cdc_*")), list(scratch.rglob("*"))
+        # What a build that died leaves (its scratch tables are named with its invocation id),
+        # in the session catalog (a profile without the scratch catalog) and in the scratch one
         stray = f"customers__cdc_batch_{'0a' * 8}"
         spark.sql(f"create table `{cli.schema}`.`{stray}` as select 1 as x")
+        spark.sql(f"create table cdc_scratch.`{cli.schema}`.`{stray}` as select 1 as x")
     iceberg_before = _iceberg(spark, cli.schema, "customers__staged") if spark else None
     if spark:  # the apply targets are created merge-on-read
         props = spark.sql(f"show tblproperties `{cli.schema}`.customers").collect()
@@ -126,6 +131,10 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         dropped = drop_left_scratch(spark, "spark_catalog", [(cli.schema, "customers")], False, 0)
         assert dropped == [f"{cli.schema}.{stray}: scratch table of a stopped build dropped"]
         assert not spark.catalog.tableExists(f"{cli.schema}.{stray}")
+        dropped = drop_left_scratch(spark, "cdc_scratch", [(cli.schema, "customers")], False, 0)
+        said = f"cdc_scratch.{cli.schema}.{stray}: scratch table of a stopped build dropped"
+        assert dropped == [said], dropped
+        assert not (scratch / cli.schema / stray).exists()
         assert _iceberg(spark, cli.schema, "customers")[1] == 1  # the newest snapshot only
         files, snaps = _iceberg(spark, cli.schema, "customers__staged")
         assert snaps == 1 and files < iceberg_before[0], (iceberg_before, (files, snaps))

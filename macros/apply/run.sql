@@ -103,11 +103,14 @@
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}
   {%- set drop_view = cdc.drop_batch_files_view_sql(target, cdc.entity_settings(cdc.apply_entity()).get('mode', 'cdc')) -%}
   {%- if drop_view -%}{%- do statements.append(drop_view) -%}{%- endif -%}
-  {#- the scratch tables these statements make (named for this build: no other can exist) -#}
+  {#- the scratch tables these statements make (named for this build: no other can exist),
+      in the scratch catalog or in the target's schema -#}
   {%- set made = statements | join('\n') -%}
   {%- for suffix in cdc.scratch_suffixes() -%}
     {%- set scratch = cdc.scratch_relation(target, suffix) -%}
-    {%- if (scratch | string) in made -%}{%- do statements.append(cdc.drop_scratch_sql(scratch)) -%}{%- endif -%}
+    {%- set elsewhere = cdc.scratch_relation(target, suffix, 'cdc_scratch') -%}
+    {%- if elsewhere in made -%}{%- do statements.append(cdc.drop_scratch_sql(elsewhere)) -%}
+    {%- elif (scratch | string) in made -%}{%- do statements.append(cdc.drop_scratch_sql(scratch)) -%}{%- endif -%}
   {%- endfor -%}
   {{ return(cdc.run_all_but_last(statements)) }}
 {% endmacro %}

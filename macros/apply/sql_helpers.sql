@@ -66,18 +66,42 @@
   where 1 = 0
 {% endmacro %}
 
-{#- Scratch tables for one apply: real tables on Spark destinations, temporary elsewhere. -#}
-{% macro scratch_relation(target, suffix) %}
-  {{ return(adapter.dispatch('scratch_relation', 'cdc')(target, suffix)) }}
+{#- Scratch tables for one apply: real tables on Spark destinations, temporary elsewhere.
+    `catalog`: the scratch catalog (cdc.scratch_catalog), where the destination has one. -#}
+{% macro scratch_relation(target, suffix, catalog=none) %}
+  {{ return(adapter.dispatch('scratch_relation', 'cdc')(target, suffix, catalog)) }}
 {% endmacro %}
-{% macro default__scratch_relation(target, suffix) %}
+{% macro default__scratch_relation(target, suffix, catalog=none) %}
   {{ return(api.Relation.create(identifier=target.identifier ~ '__cdc_' ~ suffix, type='table')) }}
 {% endmacro %}
-{#- Spark: real tables in the target's schema, so each is named for its build (dbt's
-    invocation id): two builds of one model at once never read, replace or drop each other's.
-    A build that dies leaves its own behind, which `runner maintain` drops a day later. -#}
-{% macro spark__scratch_relation(target, suffix) %}
-  {{ return(target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix ~ '_' ~ cdc.build_tag()})) }}
+{#- Spark: real tables named for their build (dbt's invocation id): two builds of one model at
+    once never read, replace or drop each other's. A build that dies leaves its own behind,
+    which `runner maintain` drops a day later. In the scratch catalog when the session has one
+    (then the name is text: `cdc_scratch.<schema>.<table>`), else in the target's schema. -#}
+{% macro spark__scratch_relation(target, suffix, catalog=none) %}
+  {%- set rel = target.incorporate(path={'identifier': target.identifier ~ '__cdc_' ~ suffix ~ '_' ~ cdc.build_tag()}) -%}
+  {{ return(rel if catalog is none else catalog ~ '.' ~ rel) }}
+{% endmacro %}
+
+{#- The catalog scratch tables go to: on Spark, `cdc_scratch` when the session has a catalog of
+    that name (profiles.example.yml: an Iceberg catalog of type hadoop in the project's state
+    folder, whose DROP ... PURGE deletes the table's folder, where the session catalog's purge
+    runs a Spark job that reads the table's metadata to find its files); none without it (a
+    profile written before it), and elsewhere. Asked once per apply (one SET statement). -#}
+{% macro scratch_catalog() %}
+  {{ return(adapter.dispatch('scratch_catalog', 'cdc')()) }}
+{% endmacro %}
+{% macro default__scratch_catalog() %}
+  {{ return(none) }}
+{% endmacro %}
+{% macro databricks__scratch_catalog() %}
+  {{ return(none) }}
+{% endmacro %}
+{% macro spark__scratch_catalog() %}
+  {%- if not execute or var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return(none) }}{%- endif -%}
+  {%- set rows = run_query('set spark.sql.catalog.cdc_scratch').rows -%}
+  {%- set value = (rows[0][1] if rows else '') | string -%}
+  {{ return('cdc_scratch' if value.strip() and value != '<undefined>' else none) }}
 {% endmacro %}
 
 {#- This build's tag in scratch names: its invocation id, 16 hex digits. -#}

@@ -132,6 +132,7 @@
     {%- do partial.append({'column': q(c.name), 'value': q('cdc__v' ~ loop.index), 'fill': q('cdc__fill' ~ loop.index)}) -%}
   {%- endfor -%}
   {%- set ledger = cdc.model_ledger(entity) if mode == 'cdc' else none -%}
+  {%- set scratch = cdc.scratch_catalog() -%}
   {%- set current = target -%}
   {%- if history -%}
     {%- set current = '(select * from ' ~ target ~ ' as cdc_open where '
@@ -156,7 +157,8 @@
       'mode': mode,
       'partial': partial,
       'truncates': changes.truncates,
-      'truncate': cdc.scratch_relation(target, 'truncate'),
+      'truncate': cdc.scratch_relation(target, 'truncate', scratch),
+      'scratch_catalog': scratch,
       'kind': settings.get('snapshot_kind'),
       'entity': cdc.sql_string(entity),
       'this_table': cdc.sql_string(target_name),
@@ -167,7 +169,7 @@
       'markers': cdc.state_relation('applied_files'),
       'tombstones': cdc.state_relation('tombstones'),
       'batch_files': cdc.batch_files_relation(target, mode),
-      'batch': cdc.scratch_relation(target, 'batch'),
+      'batch': cdc.scratch_relation(target, 'batch', scratch),
       'ledger': ledger,
       'held_files': cdc.state_relation('held_files'),
       'staged': cdc.staged_relation(entity) if ledger is not none else none,

@@ -67,7 +67,7 @@
 
 {% macro default__apply_dedupe_target_sql(ctx) %}
   {%- set cols = cdc._target_column_list(ctx) -%}
-  {%- set keep = cdc.scratch_relation(ctx.target, 'dedupe') -%}
+  {%- set keep = cdc.scratch_relation(ctx.target, 'dedupe', ctx.scratch_catalog) -%}
   {%- set sql -%}
     {{ cdc.create_scratch_sql(keep, 'select ' ~ cols ~ ' from (select cdc_t.*, ' ~ cdc._survivor_rank(ctx, 'cdc_t')
         ~ ' as cdc__rank from ' ~ ctx.target ~ ' as cdc_t) as cdc_ranked where cdc__rank = 1') }};

@@ -176,11 +176,16 @@ class SparkDestination(Destination):
     ) -> list[str]:
         session = self._session(spark)
         left = drop_left_scratch(session, "spark_catalog", tables, dry_run)
+        if session.conf.get(f"spark.sql.catalog.{SCRATCH_CATALOG}", None):
+            left += drop_left_scratch(session, SCRATCH_CATALOG, tables, dry_run)
         return left + iceberg_maintenance(session, "spark_catalog", tables, dry_run, snapshot_days)
 
 
 # An apply's scratch table on Spark (macros/apply/sql_helpers.sql: spark__scratch_relation):
 # `<model>__cdc_<step>_<16 hex digits of the build's dbt invocation id>`.
+# The catalog of the apply's scratch tables where the profile declares it (profiles.example.yml,
+# macros/apply/sql_helpers.sql: spark__scratch_catalog).
+SCRATCH_CATALOG = "cdc_scratch"
 SCRATCH = re.compile(r"^(?P<model>.+)__cdc_(files|batch|truncate|dedupe)_[0-9a-f]{16}$")
 
 
@@ -194,12 +199,16 @@ def drop_left_scratch(
     """The scratch tables of ``tables``' apply models that stopped builds left (a build drops
     its own at its end): each one last written more than ``age_seconds`` ago (a day: no build
     runs that long), dropped with its files."""
+    from pyspark.errors import AnalysisException
+
     said = []
     for schema in sorted({s for s, _ in tables}):
         models = {t for s, t in tables if s == schema}
-        if not spark.catalog.databaseExists(schema):
+        try:
+            listed = spark.sql(f"SHOW TABLES IN {quote(catalog, schema)} LIKE '*__cdc_*'").collect()
+        except AnalysisException:  # no such schema (no apply has made a table there yet)
             continue
-        for row in spark.sql(f"SHOW TABLES IN {quote(schema)} LIKE '*__cdc_*'").collect():
+        for row in listed:
             name = row["tableName"]
             found = SCRATCH.match(name)
             if not found or found.group("model") not in models:
@@ -214,7 +223,9 @@ def drop_left_scratch(
             if not dry_run:
                 spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
             would = "would be " if dry_run else ""
-            said.append(f"{schema}.{name}: scratch table of a stopped build {would}dropped")
+            where = f"{schema}.{name}"
+            where = where if catalog == "spark_catalog" else f"{catalog}.{where}"
+            said.append(f"{where}: scratch table of a stopped build {would}dropped")
     return said
 
 
