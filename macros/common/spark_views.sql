@@ -6,19 +6,55 @@
     dbt calls this macro by its bare name, which only the root project can override:
     dbt_project/macros/catalog.sql forwards to it. Rows are returned as plain lists (an agate
     merge fails when one side is empty and its column types differ). -#}
-{% macro show_tables_and_views(schema_relation) %}
+{% macro show_tables_and_views(schema_relation, mark_views=false) %}
   {% call statement('list_relations_without_caching_show_tables', fetch_result=True) -%}
     show tables in {{ schema_relation.schema }} like '*'
   {% endcall %}
   {%- set rows = [] -%}
   {%- for row in load_result('list_relations_without_caching_show_tables').table -%}
-    {%- do rows.append([row[0], row[1], row[2]]) -%}
+    {%- do rows.append([row[0], row[1], row[2]] + ([false] if mark_views else [])) -%}
   {%- endfor -%}
   {% call statement('cdc_list_views', fetch_result=True) -%}
     show views in {{ schema_relation.schema }} like '*'
   {% endcall %}
   {%- for row in load_result('cdc_list_views').table if not row[2] -%}
-    {%- do rows.append([row[0], row[1], row[2]]) -%}
+    {%- do rows.append([row[0], row[1], row[2]] + ([true] if mark_views else [])) -%}
+  {%- endfor -%}
+  {% do return(rows) %}
+{% endmacro %}
+
+{#- dbt's relation cache on Spark, filled when a build starts: dbt-spark asks SHOW TABLE EXTENDED,
+    which Iceberg refuses, then lists the schema and runs a DESCRIBE EXTENDED per relation, of
+    which a build reads only whether each is a view and its provider (and a view's
+    fingerprint, in its properties). Where the session catalog is Iceberg's SparkCatalog every
+    table in it is an Iceberg table: tables are listed as such without a DESCRIBE each, views
+    are described as before, and `dbt docs generate` (which shows each table's owner) describes
+    everything. Elsewhere dbt-spark's own statement. Rows as dbt-spark reads SHOW TABLE
+    EXTENDED's: (schema, name, is_temporary, information). -#}
+{% macro spark_list_relations(schema_relation) %}
+  {%- set catalog = run_query('set spark.sql.catalog.spark_catalog').rows -%}
+  {%- set iceberg = catalog and (catalog[0][1] | string) == 'org.apache.iceberg.spark.SparkCatalog' -%}
+  {%- if not iceberg -%}
+    {% call statement('list_relations_without_caching', fetch_result=True) -%}
+      show table extended in {{ schema_relation.schema }} like '*'
+    {% endcall %}
+    {% do return(load_result('list_relations_without_caching').table) %}
+  {%- endif -%}
+  {%- set describe_all = flags.WHICH == 'generate' -%}
+  {%- set rows = [] -%}
+  {#- (schema, name, is_temporary, is_view) -#}
+  {%- for row in cdc.show_tables_and_views(schema_relation, mark_views=true) -%}
+    {%- if row[2] -%}
+      {%- do rows.append([row[0], row[1], row[2], '']) -%}
+    {%- elif row[3] or describe_all -%}
+      {%- set information = [] -%}
+      {%- for info in cdc.describe_with_view_type(row[0] ~ '.' ~ row[1]) if not info[0].startswith('#') -%}
+        {%- do information.append(info[0] ~ ': ' ~ info[1] ~ '\n') -%}
+      {%- endfor -%}
+      {%- do rows.append([row[0], row[1], row[2], information | join('')]) -%}
+    {%- else -%}
+      {%- do rows.append([row[0], row[1], row[2], 'Type: MANAGED\nProvider: iceberg\n']) -%}
+    {%- endif -%}
   {%- endfor -%}
   {% do return(rows) %}
 {% endmacro %}
