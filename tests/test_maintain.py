@@ -91,14 +91,18 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         assert folder.is_dir(), folder
         kept = [p for d in folder.glob("*__cdc_*") for p in d.rglob("*") if p.is_file()]
         assert not kept, kept  # (Iceberg's purge leaves the emptied folders)
-        # the applies' scratch tables were in their own catalog, gone with their folders
-        scratch = Path(spark.conf.get("spark.sql.catalog.cdc_scratch.warehouse"))
-        assert scratch.is_dir() and not list(scratch.rglob("*__cdc_*")), list(scratch.rglob("*"))
         # What a build that died leaves (its scratch tables are named with its invocation id),
         # in the session catalog (a profile without the scratch catalog) and in the scratch one
         stray = f"customers__cdc_batch_{'0a' * 8}"
         spark.sql(f"create table `{cli.schema}`.`{stray}` as select 1 as x")
         spark.sql(f"create table cdc_scratch.`{cli.schema}`.`{stray}` as select 1 as x")
+        # the applies' scratch tables were in their own catalog, gone with their folders (the
+        # folder of this schema there: the stray's parent, as the catalog was built)
+        rows = spark.sql(f"describe table extended cdc_scratch.`{cli.schema}`.`{stray}`").collect()
+        location = next(r["data_type"] for r in rows if r["col_name"] == "Location")
+        scratch = Path(location.removeprefix("file:"))
+        assert scratch.is_dir() and scratch.name == stray, scratch
+        assert [p.name for p in scratch.parent.iterdir()] == [stray]
     iceberg_before = _iceberg(spark, cli.schema, "customers__staged") if spark else None
     if spark:  # the apply targets are created merge-on-read
         props = spark.sql(f"show tblproperties `{cli.schema}`.customers").collect()
@@ -134,7 +138,7 @@ def test_maintain_removes_exactly_the_old_committed_rows_and_changes_no_table(
         dropped = drop_left_scratch(spark, "cdc_scratch", [(cli.schema, "customers")], False, 0)
         said = f"cdc_scratch.{cli.schema}.{stray}: scratch table of a stopped build dropped"
         assert dropped == [said], dropped
-        assert not (scratch / cli.schema / stray).exists()
+        assert not scratch.exists()
         assert _iceberg(spark, cli.schema, "customers")[1] == 1  # the newest snapshot only
         files, snaps = _iceberg(spark, cli.schema, "customers__staged")
         assert snaps == 1 and files < iceberg_before[0], (iceberg_before, (files, snaps))
