@@ -108,7 +108,7 @@
   {%- set made = statements | join('\n') -%}
   {%- for suffix in cdc.scratch_suffixes() -%}
     {%- set scratch = cdc.scratch_relation(target, suffix) -%}
-    {%- set elsewhere = cdc.scratch_relation(target, suffix, 'cdc_scratch') -%}
+    {%- set elsewhere = cdc.scratch_relation(target, suffix, cdc.scratch_catalog_name()) -%}
     {%- if elsewhere in made -%}{%- do statements.append(cdc.drop_scratch_sql(elsewhere)) -%}
     {%- elif (scratch | string) in made -%}{%- do statements.append(cdc.drop_scratch_sql(scratch)) -%}{%- endif -%}
   {%- endfor -%}

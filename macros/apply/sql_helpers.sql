@@ -91,6 +91,10 @@
 {% macro scratch_catalog() %}
   {{ return(adapter.dispatch('scratch_catalog', 'cdc')()) }}
 {% endmacro %}
+{#- Its name (runner/destinations/spark/destination.py: SCRATCH_CATALOG). -#}
+{% macro scratch_catalog_name() %}
+  {{ return('cdc_scratch') }}
+{% endmacro %}
 {% macro default__scratch_catalog() %}
   {{ return(none) }}
 {% endmacro %}
@@ -99,9 +103,10 @@
 {% endmacro %}
 {% macro spark__scratch_catalog() %}
   {%- if not execute or var('cdc_file_format', 'iceberg') != 'iceberg' -%}{{ return(none) }}{%- endif -%}
-  {%- set rows = run_query('set spark.sql.catalog.cdc_scratch').rows -%}
+  {%- set name = cdc.scratch_catalog_name() -%}
+  {%- set rows = run_query('set spark.sql.catalog.' ~ name).rows -%}
   {%- set value = (rows[0][1] if rows else '') | string -%}
-  {{ return('cdc_scratch' if value.strip() and value != '<undefined>' else none) }}
+  {{ return(name if value.strip() and value != '<undefined>' else none) }}
 {% endmacro %}
 
 {#- This build's tag in scratch names: its invocation id, 16 hex digits. -#}

@@ -181,11 +181,11 @@ class SparkDestination(Destination):
         return left + iceberg_maintenance(session, "spark_catalog", tables, dry_run, snapshot_days)
 
 
+# The catalog of the apply's scratch tables where the profile declares it (profiles.example.yml,
+# macros/apply/sql_helpers.sql: scratch_catalog_name).
+SCRATCH_CATALOG = "cdc_scratch"
 # An apply's scratch table on Spark (macros/apply/sql_helpers.sql: spark__scratch_relation):
 # `<model>__cdc_<step>_<16 hex digits of the build's dbt invocation id>`.
-# The catalog of the apply's scratch tables where the profile declares it (profiles.example.yml,
-# macros/apply/sql_helpers.sql: spark__scratch_catalog).
-SCRATCH_CATALOG = "cdc_scratch"
 SCRATCH = re.compile(r"^(?P<model>.+)__cdc_(files|batch|truncate|dedupe)_[0-9a-f]{16}$")
 
 
