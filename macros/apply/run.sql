@@ -1,12 +1,14 @@
 {#- What every adapter wrapper needs: the apply statements for this model's run. -#}
 
-{% macro model_apply_statements(target, source) %}
+{#- `keys`: what cdc.unique_keys_state knew of the target's keys (none: check them). -#}
+{% macro model_apply_statements(target, source, keys=none) %}
   {%- do cdc.create_state_tables() -%}
   {%- if not cdc.has_waiting_files(cdc.apply_entity(), cdc.target_name()) -%}
     {{ return([cdc.nothing_to_apply_sql()]) }}
   {%- endif -%}
   {%- set columns = adapter.get_columns_in_relation(target) -%}
-  {%- set dedupe = not cdc.is_history_model() and cdc.target_has_duplicate_keys(target, cdc.apply_keys(), cdc.target_name()) -%}
+  {%- set dedupe = not cdc.is_history_model() and not (keys is not none and keys.known)
+      and cdc.target_has_duplicate_keys(target, cdc.apply_keys(), cdc.target_name()) -%}
   {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name(), dedupe)) }}
 {% endmacro %}
 
@@ -95,8 +97,10 @@
 {#- Spark and Databricks: the apply statements, then the scratch tables' drops, run in order;
     returns the last for `main`. `create_sql` set: the first-run path (create, then apply). -#}
 {% macro spark_family_apply(target, source, create_sql=none) %}
+  {%- set keys = none -%}
   {%- if create_sql is none -%}
-    {%- set statements = cdc.model_apply_statements(target, source) -%}
+    {%- set keys = cdc.unique_keys_state(target) -%}
+    {%- set statements = cdc.model_apply_statements(target, source, keys) -%}
   {%- else -%}
     {%- set statements = cdc.create_or_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
@@ -112,7 +116,14 @@
     {%- if elsewhere in made -%}{%- do statements.append(cdc.drop_scratch_sql(elsewhere)) -%}
     {%- elif (scratch | string) in made -%}{%- do statements.append(cdc.drop_scratch_sql(scratch)) -%}{%- endif -%}
   {%- endfor -%}
-  {{ return(cdc.run_all_but_last(statements)) }}
+  {%- if keys is none -%}{{ return(cdc.run_all_but_last(statements)) }}{%- endif -%}
+  {#- the keys' mark right after the target's last write -#}
+  {%- set writes = cdc.target_writes(statements, target) -%}
+  {%- for stmt in statements[:-1] -%}
+    {%- do run_query(stmt) -%}
+    {%- if loop.index0 == writes.last -%}{%- do cdc.record_unique_keys(target, keys, writes.count) -%}{%- endif -%}
+  {%- endfor -%}
+  {{ return(statements[-1]) }}
 {% endmacro %}
 
 {#- Does any staged File of `entity` lack a marker for this target? One small query over the
