@@ -102,6 +102,8 @@
     {%- set keys = cdc.unique_keys_state(target) -%}
     {%- set statements = cdc.model_apply_statements(target, source, keys) -%}
   {%- else -%}
+    {#- a first build: its keys are unique if every snapshot of the table is its own -#}
+    {%- set keys = cdc.unique_keys_from_creation() -%}
     {%- set statements = cdc.create_or_apply_statements(target, source, create_sql) -%}
   {%- endif -%}
   {%- if statements == [cdc.nothing_to_apply_sql()] -%}{{ return(statements[0]) }}{%- endif -%}

@@ -183,9 +183,12 @@ DROP = re.compile(r"drop\b", re.I)
 # On Spark every statement but a temporary view's is its own commit; a killed process loses its
 # temporary views, so a stop before one leaves what a stop before the next commit leaves. So
 # does a stop before an apply's scratch table (`<model>__cdc_batch`, ...): the next build makes
-# it again from what is committed, before it writes anything else.
+# it again from what is committed, before it writes anything else. And so does a stop before
+# the mark of a target's unique keys (a table property): the tables are as before the next
+# commit, and a missing mark only makes the next build count the keys.
 SPARK_COMMITS = re.compile(
-    r"^(?!create or replace temporary view|drop view|create or replace table [\w.`]*__cdc_)",
+    r"^(?!create or replace temporary view|drop view|create or replace table [\w.`]*__cdc_"
+    r"|alter table [\w.`]* set tblproperties \('cdc\.keys_unique_at')",
     re.I,
 )
 

@@ -75,6 +75,17 @@
              'known': marked is not none and cdc._reached_by(chain, chain.current, marked, none)}) }}
 {% endmacro %}
 
+{#- The state of a table this build creates (checked: '', its creation; `created`: the
+    snapshots its CREATE may have made). -#}
+{% macro unique_keys_from_creation() %}
+  {{ return(adapter.dispatch('unique_keys_from_creation', 'cdc')()) }}
+{% endmacro %}
+{% macro default__unique_keys_from_creation() %}{{ return(none) }}{% endmacro %}
+{% macro spark__unique_keys_from_creation() %}
+  {%- if not execute or cdc.is_history_model() or config.get('file_format') != 'iceberg' -%}{{ return(none) }}{%- endif -%}
+  {{ return({'checked': '', 'known': false, 'created': 1}) }}
+{% endmacro %}
+
 {#- Right after the apply's last write of the target: mark its current snapshot as holding
     each key once when every snapshot from it back to the one checked is a compaction or this
     Spark application's, and there are no more of those than the apply's `writes` of the
@@ -84,8 +95,9 @@
   {%- if state is none -%}{{ return('') }}{%- endif -%}
   {%- set chain = cdc._iceberg_snapshots(target) -%}
   {%- if chain.current is none or chain.current == state.checked and state.known -%}{{ return('') }}{%- endif -%}
+  {%- if (chain.by_id[chain.current].records | int) < (var('cdc_key_check_rows', 1000000) | int) -%}{{ return('') }}{%- endif -%}
   {%- set app = run_query('set spark.app.id').rows[0][1] | string -%}
-  {%- if cdc._reached_by(chain, chain.current, state.checked, app, writes) -%}
+  {%- if cdc._reached_by(chain, chain.current, state.checked, app, writes + state.get('created', 0)) -%}
     {%- do run_query('alter table ' ~ target ~ ' set tblproperties (' ~ cdc.sql_string('cdc.keys_unique_at')
         ~ ' = ' ~ cdc.sql_string(chain.current) ~ ')') -%}
   {%- endif -%}
@@ -108,10 +120,11 @@
 {% endmacro %}
 
 {#- The target's snapshots: {'current': the main branch's snapshot (or none), 'by_id': {id:
-    {'parent', 'operation', 'records', 'app'}}}; ids as text prefixed with `s`. -#}
+    {'parent', 'operation', 'records', 'app'}}}; ids as text prefixed with `s`, a first
+    snapshot's parent ''. -#}
 {% macro _iceberg_snapshots(target) %}
   {%- set sql -%}
-    select concat('s', cast(s.snapshot_id as string)) as id, concat('s', cast(s.parent_id as string)) as parent,
+    select concat('s', cast(s.snapshot_id as string)) as id, coalesce(concat('s', cast(s.parent_id as string)), '') as parent,
            s.operation, s.summary['total-records'] as records, s.summary['spark.app.id'] as app,
            concat('s', cast(r.snapshot_id as string)) as current_id
     from {{ target }}.snapshots as s
