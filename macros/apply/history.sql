@@ -55,7 +55,7 @@
   {%- set order = 'partition by ' ~ key_text ~ ' order by ' ~ event_sequence ~ ', ' ~ event_file ~ ', ' ~ event_row -%}
   {%- set null_time = 'cast(null as ' ~ ctx.time_type ~ ')' -%}
   {%- set null_string = 'cast(null as ' ~ dbt.type_string() ~ ')' -%}
-  {%- set in_batch = lin.file_hash ~ ' in (select ' ~ q('file_hash') ~ ' from ' ~ ctx.batch_files ~ ')' -%}
+  {%- set in_batch = cdc.in_batch_files(ctx, lin.file_hash) -%}
   {%- set sql -%}
     with cdc_new as (
       select cdc_src.*, {{ cdc._key_text('cdc_src', ctx.key_columns) }} as {{ key_text }}
@@ -271,7 +271,7 @@
       on cdc_known.{{ q('target_table') }} = {{ ctx.this_table }}
       and cdc_known.{{ q('file_hash') }} = cdc_src.{{ lin.file_hash }}
       and cdc_known.{{ q('file_row_number') }} = cdc_src.{{ lin.row_number }}
-    where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+    where {{ cdc.in_batch_files(ctx, 'cdc_src.' ~ lin.file_hash) }}
       and cdc_src.{{ lin.operation }} = 'T' and cdc_known.{{ q('file_hash') }} is null
     {%- endif %}
   {%- endset -%}
@@ -305,7 +305,7 @@
       from {{ ctx.history_deletes }} as cdc_del
       where cdc_del.{{ q('target_table') }} = {{ ctx.this_table }} and cdc_del.{{ q('key_text') }} = ''
         and cdc_del.{{ q('invocation_id') }} = {{ ctx.invocation }}
-        and cdc_del.{{ q('file_hash') }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+        and {{ cdc.in_batch_files(ctx, 'cdc_del.' ~ q('file_hash')) }}
       group by cdc_del.{{ q('file_hash') }}
     ) as cdc_cuts on cdc_cuts.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- endif %}

@@ -16,9 +16,25 @@
   {%- if ctx.batch_files.schema is not none or not execute -%}
     {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
   {%- endif -%}
+  {%- set found = run_query(cdc.batch_files_select(ctx)) -%}
+  {%- do ctx.update({'batch_hashes': found.columns[0].values() | list}) -%}
   {#- the columns as batch_files_select names them: three strings, then the counts -#}
-  {{ return(cdc.spark_rows_view_sql(ctx.batch_files, run_query(cdc.batch_files_select(ctx)),
-      ['string', 'string', 'string', 'bigint', 'bigint'])) }}
+  {{ return(cdc.spark_rows_view_sql(ctx.batch_files, found, ['string', 'string', 'string', 'bigint', 'bigint'])) }}
+{% endmacro %}
+
+{#- `column` (a File hash) is one of the batch's Files. Where the batch's hashes were read as
+    the statements were rendered (Spark), they are written out as literals: an Iceberg scan
+    of the staged rows then reads only the data files of those Files (their hash's min and
+    max), where a subquery makes it read every staged row. Past 200 Files Iceberg no longer
+    prunes by an IN list, and the subquery is kept. -#}
+{% macro in_batch_files(ctx, column) %}
+  {%- set hashes = ctx.get('batch_hashes') -%}
+  {%- if hashes and hashes | length <= 200 -%}
+    {%- set literals = [] -%}
+    {%- for h in hashes -%}{%- do literals.append(cdc.sql_string(h)) -%}{%- endfor -%}
+    {{ return(column ~ ' in (' ~ literals | join(', ') ~ ')') }}
+  {%- endif -%}
+  {{ return(column ~ ' in (select ' ~ adapter.quote('file_hash') ~ ' from ' ~ ctx.batch_files ~ ')') }}
 {% endmacro %}
 
 {#- Spark: `create or replace temporary view <relation>` of the rows of `found` (a query's

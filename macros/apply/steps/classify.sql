@@ -26,7 +26,7 @@
         ) as {{ q('cdc__rank') }}
       from {{ ctx.source }} as cdc_src
       {{ cdc._after_truncates(ctx, 'cdc_src') }}
-      where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+      where {{ cdc.in_batch_files(ctx, 'cdc_src.' ~ lin.file_hash) }}
       {%- if ctx.truncates %}
         and cdc_src.{{ lin.operation }} <> 'T'
         and (cdc_trunc.{{ q('cdc__watermark') }} is null

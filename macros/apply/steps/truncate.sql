@@ -18,7 +18,7 @@
         row_number() over (order by cdc_src.{{ lin.sequence }} desc, cdc_src.{{ lin.file_hash }} desc,
           cdc_src.{{ lin.row_number }} desc) as {{ q('cdc__rank') }}
       from {{ ctx.source }} as cdc_src
-      where cdc_src.{{ lin.file_hash }} in (select {{ q('file_hash') }} from {{ ctx.batch_files }})
+      where {{ cdc.in_batch_files(ctx, 'cdc_src.' ~ lin.file_hash) }}
         and cdc_src.{{ lin.operation }} = 'T'
     ) as cdc_t
     left join {{ ctx.tombstones }} as cdc_wm
