@@ -118,14 +118,12 @@
     {%- if elsewhere in made -%}{%- do statements.append(cdc.drop_scratch_sql(elsewhere)) -%}
     {%- elif (scratch | string) in made -%}{%- do statements.append(cdc.drop_scratch_sql(scratch)) -%}{%- endif -%}
   {%- endfor -%}
-  {%- if keys is none -%}{{ return(cdc.run_all_but_last(statements)) }}{%- endif -%}
-  {#- the keys' mark right after the target's last write -#}
-  {%- set writes = cdc.target_writes(statements, target) -%}
-  {%- for stmt in statements[:-1] -%}
-    {%- do run_query(stmt) -%}
-    {%- if loop.index0 == writes.last -%}{%- do cdc.record_unique_keys(target, keys, writes.count) -%}{%- endif -%}
-  {%- endfor -%}
-  {{ return(statements[-1]) }}
+  {#- with keys known (Spark on Iceberg): their mark right after the target's last write -#}
+  {%- set writes = cdc.target_writes(statements, target) if keys is not none else {'count': 0, 'last': -1} -%}
+  {%- set cut = writes.last + 1 if writes.last + 1 < statements | length else 0 -%}
+  {%- for stmt in statements[:cut] -%}{%- do run_query(stmt) -%}{%- endfor -%}
+  {%- if cut -%}{%- do cdc.record_unique_keys(target, keys, writes.count) -%}{%- endif -%}
+  {{ return(cdc.run_all_but_last(statements[cut:])) }}
 {% endmacro %}
 
 {#- Does any staged File of `entity` lack a marker for this target? One small query over the

@@ -65,11 +65,9 @@
 {% endmacro %}
 {% macro default__unique_keys_state(target) %}{{ return(none) }}{% endmacro %}
 {% macro spark__unique_keys_state(target) %}
-  {%- if not execute or cdc.is_history_model() or config.get('file_format') != 'iceberg' -%}{{ return(none) }}{%- endif -%}
+  {%- if not cdc._keys_can_be_marked() -%}{{ return(none) }}{%- endif -%}
   {%- set chain = cdc._iceberg_snapshots(target) -%}
-  {%- if chain.current is none -%}{{ return(none) }}{%- endif -%}
-  {%- set records = chain.by_id[chain.current].records -%}
-  {%- if (records | int) < (var('cdc_key_check_rows', 1000000) | int) -%}{{ return(none) }}{%- endif -%}
+  {%- if cdc._keys_counted_anyway(chain) -%}{{ return(none) }}{%- endif -%}
   {%- set marked = cdc._keys_unique_mark(target) -%}
   {{ return({'checked': chain.current,
              'known': marked is not none and cdc._reached_by(chain, chain.current, marked, none)}) }}
@@ -82,8 +80,19 @@
 {% endmacro %}
 {% macro default__unique_keys_from_creation() %}{{ return(none) }}{% endmacro %}
 {% macro spark__unique_keys_from_creation() %}
-  {%- if not execute or cdc.is_history_model() or config.get('file_format') != 'iceberg' -%}{{ return(none) }}{%- endif -%}
-  {{ return({'checked': '', 'known': false, 'created': 1}) }}
+  {{ return({'checked': '', 'known': false, 'created': 1} if cdc._keys_can_be_marked() else none) }}
+{% endmacro %}
+
+{#- This model's keys can be marked: a current-state apply model's Iceberg table. -#}
+{% macro _keys_can_be_marked() %}
+  {{ return(execute and not cdc.is_history_model() and config.get('file_format') == 'iceberg') }}
+{% endmacro %}
+
+{#- A table with no snapshot, or of fewer rows than var cdc_key_check_rows: its keys are
+    counted at every apply (the count costs less than the mark's queries). -#}
+{% macro _keys_counted_anyway(chain) %}
+  {{ return(chain.current is none
+      or (chain.by_id[chain.current].records | int) < (var('cdc_key_check_rows', 1000000) | int)) }}
 {% endmacro %}
 
 {#- Right after the apply's last write of the target: mark its current snapshot as holding
@@ -94,8 +103,7 @@
 {% macro record_unique_keys(target, state, writes) %}
   {%- if state is none -%}{{ return('') }}{%- endif -%}
   {%- set chain = cdc._iceberg_snapshots(target) -%}
-  {%- if chain.current is none or chain.current == state.checked and state.known -%}{{ return('') }}{%- endif -%}
-  {%- if (chain.by_id[chain.current].records | int) < (var('cdc_key_check_rows', 1000000) | int) -%}{{ return('') }}{%- endif -%}
+  {%- if cdc._keys_counted_anyway(chain) or chain.current == state.checked and state.known -%}{{ return('') }}{%- endif -%}
   {%- set app = run_query('set spark.app.id').rows[0][1] | string -%}
   {%- if cdc._reached_by(chain, chain.current, state.checked, app, writes + state.get('created', 0)) -%}
     {%- do run_query('alter table ' ~ target ~ ' set tblproperties (' ~ cdc.sql_string('cdc.keys_unique_at')
