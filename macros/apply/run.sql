@@ -7,9 +7,12 @@
     {{ return([cdc.nothing_to_apply_sql()]) }}
   {%- endif -%}
   {%- set columns = adapter.get_columns_in_relation(target) -%}
-  {%- set dedupe = not cdc.is_history_model() and not (keys is not none and keys.known)
+  {%- set index = cdc.key_index_state(target) -%}
+  {%- set known = (keys is not none and keys.known) or (index is not none and index.known) -%}
+  {%- set dedupe = not cdc.is_history_model() and not known
       and cdc.target_has_duplicate_keys(target, cdc.apply_keys(), cdc.target_name()) -%}
-  {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name(), dedupe)) }}
+  {{ return(cdc.apply_statements(target, source, columns, cdc.apply_keys(), cdc.apply_entity(), cdc.target_name(), dedupe,
+      key_index=index is not none and index.create)) }}
 {% endmacro %}
 
 {#- First run or --full-refresh: forget this target's markers and tombstones, create the

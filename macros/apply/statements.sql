@@ -20,7 +20,9 @@
     merge_tombstones  remember each applied delete's key and sequence, forget it on re-insert;
                       a truncate is remembered as the table's watermark (an empty key);
     insert_markers    one Applied File Marker per File, with its row counts (a truncate's
-                      File: the rows it removed are in rows_deleted).
+                      File: the rows it removed are in rows_deleted);
+    key_index         PostgreSQL: a unique index on the keys, when the target has none
+                      (cdc.key_index_state).
 
   This file holds the order and the context; each step's macros are in apply/steps/
   (lock_and_dedupe, batch_files, truncate, classify, merge, markers), and the pieces every apply
@@ -36,11 +38,11 @@
   none.
 -#}
 
-{% macro apply_statements(target, source, columns, keys, entity, target_name, dedupe=false) %}
+{% macro apply_statements(target, source, columns, keys, entity, target_name, dedupe=false, key_index=false) %}
   {%- set ctx = cdc._apply_context(target, source, columns, keys, entity, target_name) -%}
-  {%- do ctx.update({'dedupe': dedupe and not ctx.history}) -%}
+  {%- do ctx.update({'dedupe': dedupe and not ctx.history, 'key_index': key_index and not ctx.history}) -%}
   {%- if ctx.mode == 'snapshot' -%}
-    {{ return(cdc.apply_snapshot_statements(ctx)) }}
+    {{ return(cdc.apply_snapshot_statements(ctx) + cdc.apply_steps([cdc.apply_key_index_sql(ctx)])) }}
   {%- elif ctx.history -%}
     {{ return(cdc.apply_history_statements(ctx)) }}
   {%- endif -%}
@@ -55,6 +57,7 @@
       cdc.apply_merge_tombstones_sql(ctx),
       cdc.apply_insert_markers_sql(ctx),
       cdc.apply_held_files_sql(ctx),
+      cdc.apply_key_index_sql(ctx),
   ])) }}
 {% endmacro %}
 

@@ -191,6 +191,20 @@ def query(target: str, spark: Any, project: Any, sql: str) -> list[dict]:
         conn.close()
 
 
+def key_indexes(project: Any, schema: str, table: str) -> list[str]:
+    """PostgreSQL: the unique indexes of schema.table (the apply's on its key columns)."""
+    return [r["indexname"] for r in query("postgres", None, project,
+        "select indexname from pg_indexes where schemaname = "
+        f"'{schema}' and tablename = '{table}' and indexdef like 'CREATE UNIQUE%'")]  # fmt: skip
+
+
+def drop_key_index(project: Any, schema: str, table: str) -> None:
+    """PostgreSQL: drop the apply's unique index of schema.table, as a table an earlier release
+    made has none (so rows can be copied into it by hand)."""
+    (index,) = key_indexes(project, schema, table)
+    query("postgres", None, project, f'drop index "{schema}"."{index}"')
+
+
 def read_table(target: str, spark: Any, project: Any, schema: str, table: str) -> list[dict]:
     """Every row of schema.table on the destination under test."""
     q = "`" if target == "local" else '"'

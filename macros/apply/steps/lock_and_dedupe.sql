@@ -50,6 +50,50 @@
   {{ return(true) }}
 {% endmacro %}
 
+{#- PostgreSQL: a current-state target holds each key once by a unique index on its key
+    columns. The apply creates it (no name given: PostgreSQL picks one that is free) at the end
+    of the build that finds it missing, in the model's transaction, after any dedupe: on a new
+    table after its first batch is loaded, on a table an earlier release made at its next
+    apply. With the index, nothing outside the apply can put a key in twice, so the
+    duplicate-keys aggregate is not run, and the apply's joins to the target can look its keys
+    up. Key columns of a type without a btree order (json, arrays) get no index: their keys
+    are counted at every apply. Returns none (history tables, not executing) or {'known': a
+    unique index covers the keys, 'create': the apply creates one}. -#}
+{% macro key_index_state(target) %}
+  {{ return(adapter.dispatch('key_index_state', 'cdc')(target)) }}
+{% endmacro %}
+{% macro default__key_index_state(target) %}{{ return(none) }}{% endmacro %}
+{% macro postgres__key_index_state(target) %}
+  {%- if not execute or cdc.is_history_model() -%}{{ return(none) }}{%- endif -%}
+  {%- set keys = [] -%}
+  {%- for k in cdc.apply_keys() -%}{%- do keys.append(cdc.sql_string(k | lower)) -%}{%- endfor -%}
+  {%- set rel = cdc.sql_string(adapter.quote(target.schema) ~ '.' ~ adapter.quote(target.identifier)) ~ '::regclass' -%}
+  {%- set sql -%}
+    select
+      exists (
+        select 1 from pg_catalog.pg_index as i
+        where i.indrelid = {{ rel }} and i.indisunique and i.indisvalid and i.indpred is null
+          and i.indexprs is null
+          and (select array_agg(lower(a.attname::text)) from pg_catalog.pg_attribute as a
+               where a.attrelid = i.indrelid and a.attnum = any(i.indkey)) <@ array[{{ keys | join(', ') }}]::text[]
+      ) as cdc_known,
+      not exists (
+        select 1 from pg_catalog.pg_attribute as a
+        join pg_catalog.pg_type as t on t.oid = a.atttypid
+        where a.attrelid = {{ rel }} and lower(a.attname::text) = any(array[{{ keys | join(', ') }}]::text[])
+          and not (t.typcategory in ('N', 'S', 'D', 'B') or t.typname = 'uuid')
+      ) as cdc_indexable
+  {%- endset -%}
+  {%- set row = run_query(sql).rows[0] -%}
+  {{ return({'known': row[0] is sameas true, 'create': row[0] is not sameas true and row[1] is sameas true}) }}
+{% endmacro %}
+
+{#- The unique index of key_index_state, when the build creates it: the apply's last statement. -#}
+{% macro apply_key_index_sql(ctx) %}
+  {%- if not ctx.get('key_index') -%}{{ return('') }}{%- endif -%}
+  {{ return('create unique index on ' ~ ctx.target ~ ' (' ~ ctx.key_columns | join(', ') ~ ')') }}
+{% endmacro %}
+
 {#- Spark on Iceberg: the duplicate-keys aggregate reads every key of the target, at every
     build (about 17 to 29 s at 20M rows on two cores), though only a write from outside the
     apply can put a key in twice. So a large target (at least var cdc_key_check_rows rows, 1M
