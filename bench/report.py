@@ -21,6 +21,7 @@ TARGETS = {
     "ingest_to_floor": 1.3,  # staging alone
     "apply_vs_stock_merge_spark": 1.2,
     "apply_vs_handwritten_postgres": 1.5,
+    "postgres_daily": 1.0,  # a day's changes into a table holding every key, PostgreSQL
     "marginal_per_row": 1.3,  # runner run's cost per row from 10M to 20M rows, vs the job's
     "peak_heap": 1.0,  # runner run's peak JVM heap at 20M (and 50M) rows, vs the job's
     "many_small_files": 2.0,
@@ -198,6 +199,20 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 f"{r['ratio']:.2f}x",
                 _verdict(r["ratio"], TARGETS.get(name, r.get("target"))),
                 on.get(name, ""),
+            )
+        )
+    daily = results.get("apply_vs_handwritten_postgres", {}).get("daily")
+    if daily:
+        out.append(
+            (
+                f"the daily run on PostgreSQL: {_rows(daily['changes'])} changes in 10 Files"
+                f" into a table of {_rows(daily['keys'])} keys, our apply (a `dbt build`) vs"
+                " hand-written `INSERT ... ON CONFLICT` + `DELETE` on a table with a primary key",
+                _s(daily["cdc_apply_s"]),
+                _s(daily["handwritten_s"]),
+                f"{daily['ratio']:.2f}x",
+                _verdict(daily["ratio"], daily.get("target")),
+                on.get("apply_vs_handwritten_postgres", ""),
             )
         )
     if "latency" in results:
