@@ -452,6 +452,13 @@ def main() -> None:
     )
     parser.add_argument("--mib", type=int, help="Size of the one big File (default 2048).")
     parser.add_argument(
+        "--steady",
+        nargs="+",
+        metavar="KEYS:CHANGES",
+        help="The steady_state part's tables and daily batches (default 20000000:1000000 "
+        "20000000:100000).",
+    )
+    parser.add_argument(
         "--soak-sides",
         nargs="+",
         choices=("without_maintenance", "with_maintenance"),
@@ -506,6 +513,8 @@ def main() -> None:
 
         batches = [(200_000, 20_000)] if args.quick else [(20_000_000, 1_000_000),
                                                           (20_000_000, 100_000)]  # fmt: skip
+        if args.steady:
+            batches = [(int(k), int(c)) for k, c in (s.split(":") for s in args.steady)]
         for keys, changes in batches:
             t0 = time.perf_counter()
             label = f"{keys}_{changes}"
