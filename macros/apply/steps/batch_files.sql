@@ -22,16 +22,42 @@
   {{ return(cdc.spark_rows_view_sql(ctx.batch_files, found, ['string', 'string', 'string', 'bigint', 'bigint'])) }}
 {% endmacro %}
 
+{#- PostgreSQL: the batch's File hashes are read as the statements are rendered (in the model's
+    transaction, under the apply's lock), so that the statements name them as literals and the
+    staged table is read through its index by File, not scanned whole (every File ever staged
+    and kept) to find the batch's rows. The Files themselves are still a scratch table, with
+    their row counts. -#}
+{% macro postgres__apply_batch_files_sql(ctx) %}
+  {%- if execute and cdc.is_apply_model() -%}
+    {%- set q = adapter.quote -%}
+    {%- set sql -%}
+      select cdc_files.{{ q('file_hash') }} from {{ ctx.files }} as cdc_files
+      where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
+        and cdc_files.{{ q('file_hash') }} not in (
+          select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
+          where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
+        )
+    {%- endset -%}
+    {%- do ctx.update({'batch_hashes': run_query(sql).columns[0].values() | list}) -%}
+  {%- endif -%}
+  {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
+{% endmacro %}
+
+{#- Whether the batch's hashes are written out as literals (in_batch_files). -#}
+{% macro _batch_literals(ctx) %}
+  {%- set hashes = ctx.get('batch_hashes') -%}
+  {{ return(hashes and hashes | length <= 200) }}
+{% endmacro %}
+
 {#- `column` (a File hash) is one of the batch's Files. Where the batch's hashes were read as
     the statements were rendered (Spark), they are written out as literals: an Iceberg scan
     of the staged rows then reads only the data files of those Files (their hash's min and
     max), where a subquery makes it read every staged row. Past 200 Files Iceberg no longer
     prunes by an IN list, and the subquery is kept. -#}
 {% macro in_batch_files(ctx, column) %}
-  {%- set hashes = ctx.get('batch_hashes') -%}
-  {%- if hashes and hashes | length <= 200 -%}
+  {%- if cdc._batch_literals(ctx) -%}
     {%- set literals = [] -%}
-    {%- for h in hashes -%}{%- do literals.append(cdc.sql_string(h)) -%}{%- endfor -%}
+    {%- for h in ctx.batch_hashes -%}{%- do literals.append(cdc.sql_string(h)) -%}{%- endfor -%}
     {{ return(column ~ ' in (' ~ literals | join(', ') ~ ')') }}
   {%- endif -%}
   {{ return(column ~ ' in (select ' ~ adapter.quote('file_hash') ~ ' from ' ~ ctx.batch_files ~ ')') }}
@@ -85,6 +111,9 @@
     left join (
       select cdc_src.{{ ctx.lin.file_hash }} as cdc_file_hash, count(*) as n
       from {{ ctx.source }} as cdc_src
+      {%- if cdc._batch_literals(ctx) %}
+      where {{ cdc.in_batch_files(ctx, 'cdc_src.' ~ ctx.lin.file_hash) }}
+      {%- endif %}
       group by cdc_src.{{ ctx.lin.file_hash }}
     ) as cdc_rows on cdc_rows.cdc_file_hash = cdc_files.{{ q('file_hash') }}
     {%- if ctx.ledger is not none %}
