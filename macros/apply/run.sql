@@ -134,18 +134,27 @@
     scratch tables, MERGEs and markers insert (a `dbt build` with nothing new stays cheap). -#}
 {% macro has_waiting_files(entity, target_name) %}
   {%- if not execute -%}{{ return(true) }}{%- endif -%}
-  {%- set q = adapter.quote -%}
-  {%- set sql -%}
-    select count(*) as cdc_waiting
-    from {{ cdc.state_relation('staged_files') }} as cdc_files
-    where cdc_files.{{ q('entity') }} = {{ cdc.sql_string(entity) }}
-      and cdc_files.{{ q('file_hash') }} not in (
-        select cdc_markers.{{ q('file_hash') }} from {{ cdc.state_relation('applied_files') }} as cdc_markers
-        where cdc_markers.{{ q('target_table') }} = {{ cdc.sql_string(target_name) }}
-      )
-  {%- endset -%}
+  {%- set sql = 'select count(*) as cdc_waiting from (' ~ cdc.unmarked_files_sql(
+      cdc.state_relation('staged_files'), cdc.state_relation('applied_files'),
+      cdc.sql_string(entity), cdc.sql_string(target_name)) ~ ') as cdc_unmarked' -%}
   {%- set waiting = run_query(sql).columns[0].values()[0] -%}
   {{ return(waiting | int > 0) }}
+{% endmacro %}
+
+{#- The hashes of `entity`'s Files in the staged-files manifest `files` without a marker in
+    `markers` for the table `target_table` (both rendered literals). -#}
+{% macro unmarked_files_sql(files, markers, entity, target_table) %}
+  {%- set q = adapter.quote -%}
+  {%- set sql -%}
+    select cdc_files.{{ q('file_hash') }}
+    from {{ files }} as cdc_files
+    where cdc_files.{{ q('entity') }} = {{ entity }}
+      and cdc_files.{{ q('file_hash') }} not in (
+        select cdc_markers.{{ q('file_hash') }} from {{ markers }} as cdc_markers
+        where cdc_markers.{{ q('target_table') }} = {{ target_table }}
+      )
+  {%- endset -%}
+  {{ return(sql) }}
 {% endmacro %}
 
 {% macro nothing_to_apply_sql() %}

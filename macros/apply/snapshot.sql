@@ -43,6 +43,7 @@
       cdc.apply_snapshot_classify_sql(ctx),
       cdc.apply_snapshot_history_sql(ctx) if ctx.history else cdc.apply_snapshot_merge_sql(ctx),
       cdc.apply_snapshot_markers_sql(ctx),
+      cdc.apply_key_index_sql(ctx),
   ])) }}
 {% endmacro %}
 

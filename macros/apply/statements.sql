@@ -42,7 +42,7 @@
   {%- set ctx = cdc._apply_context(target, source, columns, keys, entity, target_name) -%}
   {%- do ctx.update({'dedupe': dedupe and not ctx.history, 'key_index': key_index and not ctx.history}) -%}
   {%- if ctx.mode == 'snapshot' -%}
-    {{ return(cdc.apply_snapshot_statements(ctx) + cdc.apply_steps([cdc.apply_key_index_sql(ctx)])) }}
+    {{ return(cdc.apply_snapshot_statements(ctx)) }}
   {%- elif ctx.history -%}
     {{ return(cdc.apply_history_statements(ctx)) }}
   {%- endif -%}

@@ -29,15 +29,7 @@
     their row counts. -#}
 {% macro postgres__apply_batch_files_sql(ctx) %}
   {%- if execute and cdc.is_apply_model() -%}
-    {%- set q = adapter.quote -%}
-    {%- set sql -%}
-      select cdc_files.{{ q('file_hash') }} from {{ ctx.files }} as cdc_files
-      where cdc_files.{{ q('entity') }} = {{ ctx.entity }}
-        and cdc_files.{{ q('file_hash') }} not in (
-          select cdc_markers.{{ q('file_hash') }} from {{ ctx.markers }} as cdc_markers
-          where cdc_markers.{{ q('target_table') }} = {{ ctx.this_table }}
-        )
-    {%- endset -%}
+    {%- set sql = cdc.unmarked_files_sql(ctx.files, ctx.markers, ctx.entity, ctx.this_table) -%}
     {%- do ctx.update({'batch_hashes': run_query(sql).columns[0].values() | list}) -%}
   {%- endif -%}
   {{ return(cdc.default__apply_batch_files_sql(ctx)) }}
