@@ -6,6 +6,7 @@ method raises :class:`IllegalTransition`; it never half-applies."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +39,20 @@ from audit.records import (
     process_alive,
     utcnow,
 )
+
+
+def file_name(path: str) -> str:
+    """The last part of a File's path or URI."""
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def reload_identity(bytes_hash: str, path: str, mtime: datetime) -> str:
+    """A reload File's identity when its bytes were seen at its path before: the bytes' hash,
+    the path and the modification time of this sighting hashed together (hex, as a content
+    hash), so two runs that see the same rewrite register one File and the staged rows, the
+    markers and the manifest tell it from the earlier File."""
+    seen = f"reload\0{bytes_hash}\0{path}\0{mtime.isoformat()}"
+    return hashlib.sha256(seen.encode("utf-8")).hexdigest()
 
 
 class Files(Markers):
@@ -105,15 +120,23 @@ class Files(Markers):
         mtime: datetime,
         content_hash: str,
         process_id: str,
+        reloads: Callable[[str], bool] | None = None,
     ) -> Registration:
         """Record a File as PENDING, or as DUPLICATE of the File with the same content.
 
         Idempotent: the same (entity, path, content) seen again returns the existing row.
         Safe under concurrency: the unique index decides which of two racing registrations
         is the original.
+
+        ``reloads`` (an entity with meta.cdc.reloads): whether a File name is a reload File's.
+        Such a File rewritten at its path with bytes the path held before is a new File (a
+        reload: see :func:`reload_identity`) when the path's earlier File was staged, and a
+        change File (another name) registered for the entity was modified after the path's
+        last sighting and before this one (DMS wrote changes, then the table again); else it
+        is the earlier sighting, as any File seen again.
         """
         entry = dict(entity=entity, path=path, size=size, mtime=mtime,
-                     content_hash=content_hash, process_id=process_id)  # fmt: skip
+                     content_hash=content_hash, process_id=process_id, reloads=reloads)  # fmt: skip
         for _ in range(3):
             try:
                 with self.engine.begin() as conn:
@@ -158,8 +181,27 @@ class Files(Markers):
             .mappings()
             .first()
         )
+        reload_of = None
         if found is not None:
-            return Registration(FileRecord(**found), created=False)
+            if e.get("reloads") is None:
+                return Registration(FileRecord(**found), created=False)
+            identity = reload_identity(e["content_hash"], e["path"], e["mtime"])
+            again = (
+                conn.execute(
+                    select(files_t).where(
+                        files_t.c.entity == e["entity"],
+                        files_t.c.path == e["path"],
+                        files_t.c.content_hash == identity,
+                    )
+                )
+                .mappings()
+                .first()
+            )
+            if again is not None:  # the same rewrite, registered by another run
+                return Registration(FileRecord(**again), created=False)
+            if not self._rewritten_reload(conn, e):
+                return Registration(FileRecord(**found), created=False)
+            reload_of, e = found["id"], {**e, "content_hash": identity}
         original = (
             conn.execute(
                 select(files_t.c.id, files_t.c.path).where(
@@ -182,6 +224,7 @@ class Files(Markers):
                     attempts=0,
                     registered_by=e["process_id"],
                     duplicate_of=original["id"] if original else None,
+                    reload_of=reload_of,
                     created_at=now,
                     updated_at=now,
                 )
@@ -191,8 +234,37 @@ class Files(Markers):
             .one()
         )
         detail = f"duplicate of File {original['id']} ({original['path']})" if original else None
+        if reload_of is not None:
+            detail = (
+                f"reload: the bytes of File {reload_of} rewritten at its path after changes were "
+                "staged"
+            )
         self._event(conn, row["id"], None, state.value, e["process_id"], detail)
         return Registration(FileRecord(**row), created=True)
+
+    def _rewritten_reload(self, conn: Connection, e: dict[str, Any]) -> bool:
+        """Whether ``e``, a File at a path that held its bytes before, is a reload rewritten
+        there (see :meth:`register_file`)."""
+        reloads = e.get("reloads")
+        if reloads is None or not reloads(file_name(e["path"])):
+            return False
+        at_path = conn.execute(
+            select(files_t.c.mtime, files_t.c.staged_at).where(
+                files_t.c.entity == e["entity"], files_t.c.path == e["path"]
+            )
+        ).all()
+        last = max(mtime for mtime, _ in at_path)
+        if e["mtime"] <= last or all(at is None for _, at in at_path):
+            return False
+        between = conn.execute(
+            select(files_t.c.path).where(
+                files_t.c.entity == e["entity"],
+                files_t.c.mtime > last,
+                files_t.c.mtime < e["mtime"],
+                files_t.c.duplicate_of.is_(None),
+            )
+        ).scalars()
+        return any(not reloads(file_name(p)) for p in between)
 
     # -- transitions --------------------------------------------------------------------
 

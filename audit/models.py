@@ -72,7 +72,10 @@ runs = Table(
 
 # One landed File, identified by (entity, content hash). A byte-identical copy seen under
 # another path is kept as its own row in state DUPLICATE pointing at the original, so operators
-# see every path that was landed.
+# see every path that was landed. A reload File rewritten at its path with bytes it held before
+# (meta.cdc.reloads) is a new File: its content_hash is the sighting's identity (the bytes' hash,
+# the path and the new modification time hashed together) and reload_of names the row at that
+# path whose content_hash is the bytes' hash.
 files = Table(
     "files",
     metadata,
@@ -95,6 +98,7 @@ files = Table(
     Column("registered_by", ForeignKey("runs.process_id"), nullable=False),
     Column("staged_by", ForeignKey("runs.process_id")),
     Column("duplicate_of", ForeignKey("files.id")),
+    Column("reload_of", ForeignKey("files.id")),
     Column("created_at", DateTime(), nullable=False),
     Column("updated_at", DateTime(), nullable=False),
     Column("staged_at", DateTime()),

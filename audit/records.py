@@ -149,6 +149,9 @@ class FileRecord:
     staged_at: datetime | None
     committed_at: datetime | None
     staged_removed_at: datetime | None = None
+    # A reload File rewritten at its path with bytes it held before: the row at that path whose
+    # content_hash is those bytes' hash (this row's content_hash is the sighting's identity).
+    reload_of: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The shape `runner status --json` prints: stable keys, ISO times."""
@@ -165,6 +168,7 @@ class FileRecord:
             "process_id": self.staged_by,
             "registered_by": self.registered_by,
             "duplicate_of": self.duplicate_of,
+            "reload_of": self.reload_of,
             "lease_owner": self.lease_owner,
         }
         for key in (

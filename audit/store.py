@@ -46,7 +46,7 @@ from audit.runs import Runs
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 # The newest migration's revision (tests/test_audit_states.py checks it is Alembic's head): a
 # run compares the Audit DB's revision with it and imports Alembic only to migrate.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 # How long a SQLite Audit DB's writers wait for one another (busy timeout, WAL switch).
 BUSY_SECONDS = 30
 # The PostgreSQL advisory lock migrations hold (audit/migrations/env.py takes it too).

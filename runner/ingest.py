@@ -167,6 +167,9 @@ def _register(
     one (a remote File kept in the ``spool`` on the way, when there is one), then registered
     together."""
     seen = db.sightings(entity.name, (str(f.path) for f in files))
+    # A reload File rewritten with bytes seen before is a new File: only where Files are
+    # ordered by their names (a commit-time column gives a reload new bytes: its times).
+    reloads = entity.reloads if entity.reload_files and entity.file_order is not None else None
     entries = []
     for landed in files:
         path = str(landed.path)
@@ -187,6 +190,7 @@ def _register(
                 mtime=landed.mtime,
                 content_hash=digest,
                 process_id=process_id,
+                reloads=reloads,
             )
         )
         progress.advance("hash", entity.name, bytes=landed.size)
@@ -255,7 +259,7 @@ class _Stager:
                 try:
                     self.stage(batch)
                 finally:
-                    self.spool.release(c.content_hash for c in batch)
+                    self.spool.release(self._bytes_hash(c) for c in batch)
 
     def _try(self, files: list[FileRecord]) -> StageResult | CdcError:
         try:
@@ -290,14 +294,22 @@ class _Stager:
         staged = self.db.staged_paths(self.entity.name)
         return reloads.batches((as_file(path).name, at, by) for path, at, by in staged)
 
+    def _bytes_hash(self, rec: FileRecord) -> str:
+        """The hash of the File's bytes (the spool names and checks copies by it): its content
+        hash, or for a reload rewritten with bytes seen before, the earlier File's."""
+        return (
+            rec.content_hash if rec.reload_of is None else self.db.get(rec.reload_of).content_hash
+        )
+
     def _to_stage(self, rec: FileRecord) -> FileToStage:
         path = as_file(rec.path)
         spool = self.spool
         if spool is None or not isinstance(path, RemoteFile):
             return FileToStage(rec.id, path, rec.content_hash)
-        if not spool.has(path, rec.content_hash) and spark_reads(self.spark, path.uri):
+        held = self._bytes_hash(rec)
+        if not spool.has(path, held) and spark_reads(self.spark, path.uri):
             return FileToStage(rec.id, path, rec.content_hash)  # its Spark reads the URI
-        return FileToStage(rec.id, path, rec.content_hash, spool.local_copy(path, rec.content_hash))
+        return FileToStage(rec.id, path, rec.content_hash, spool.local_copy(path, held))
 
     def stage(self, claimed: list[FileRecord]) -> None:
         self.progress.start("stage", self.entity.name, len(claimed))

@@ -225,6 +225,8 @@ def file_lines(
         reason = first_line(f.last_error)
         if reason and f.state != "COMMITTED":
             lines.append(clip(f"    {reason}", width))
+        if f.reload_of is not None:
+            lines.append(clip(f"    reload: the bytes of File {f.reload_of} again", width))
     return lines
 
 

@@ -285,6 +285,49 @@ def test_files_registered_together_get_what_one_by_one_gives(audit_db: AuditDB) 
     assert audit_db.sightings("orders", ["/landing/customers/b.csv"]) == set()
 
 
+def test_a_reload_file_rewritten_with_bytes_its_path_held_is_a_new_file_only_after_changes(
+    audit_db: AuditDB,
+) -> None:
+    """With ``reloads`` (file order): a LOAD File rewritten at its path with bytes it held
+    before is a new File naming the earlier one, once that one was staged and a change File
+    was modified between the two sightings; two runs seeing the rewrite register it once; a
+    rewrite with no change between, a change File's own rewrite, or an earlier File not staged
+    yet is the earlier File seen again."""
+    pid = new_process_id()
+    audit_db.start_run(pid, "run", "local")
+    day = utcnow() - timedelta(days=1)
+    is_load = lambda name: name.startswith("LOAD")  # noqa: E731
+
+    def sighting(path: str, content: str, minute: int, reloads: object = is_load) -> object:
+        return audit_db.register_file(
+            entity="customers", path=f"/landing/customers/{path}", size=7,
+            mtime=day + timedelta(minutes=minute), content_hash=content, process_id=pid,
+            reloads=reloads,
+        )  # fmt: skip
+
+    def staged(reg: object) -> None:
+        audit_db.claim(reg.file.id, pid)  # type: ignore[attr-defined]
+        audit_db.mark_staged(reg.file.id, pid, pid)  # type: ignore[attr-defined]
+
+    load, pending = sighting("LOAD00000001.csv", "a" * 64, 0), sighting("LOAD2.csv", "c" * 64, 1)
+    staged(load)
+    assert sighting("LOAD00000001.csv", "a" * 64, 2).file.id == load.file.id  # no change between
+    change = sighting("20260301-080000000.csv", "b" * 64, 3)
+    staged(change)
+    assert sighting("20260301-080000000.csv", "b" * 64, 9).file.id == change.file.id
+    assert sighting("LOAD2.csv", "c" * 64, 9).file.id == pending.file.id  # never staged
+    assert sighting("LOAD00000001.csv", "a" * 64, 9, reloads=None).file.id == load.file.id
+    reload = sighting("LOAD00000001.csv", "a" * 64, 5)
+    assert reload.created and reload.file.reload_of == load.file.id
+    assert (reload.file.state, reload.file.duplicate_of) == ("PENDING", None)
+    assert reload.file.content_hash not in ("a" * 64, load.file.content_hash)
+    assert audit_db.events(reload.file.id)[0]["detail"] == (
+        f"reload: the bytes of File {load.file.id} rewritten at its path after changes were staged"
+    )
+    again = sighting("LOAD00000001.csv", "a" * 64, 5)  # another run, the same rewrite
+    assert (again.created, again.file.id) == (False, reload.file.id)
+
+
 def test_files_claimed_and_staged_together_keep_their_leases(audit_db: AuditDB) -> None:
     """claim_pending and mark_staged_many move many Files per statement: a File whose lease
     another run holds is neither staged nor returned, and each moved File has its event."""

@@ -11,9 +11,8 @@ event of its key) both follow that order.
 
 AWS DMS table reloads (docs/examples/dms_defaults, `reloads: true`): a reload after two rounds
 of changes, its Files landing over two runs, ordered by DMS's file names (date folders, three
-runs) and by timestampColumnName.
-
-On PostgreSQL: Debezium's SQL Server connector (`preset: sqlserver`: commit LSN, change LSN,
+runs) and by timestampColumnName, then a reload whose Files hold bytes their paths held before.
+Beside them: Debezium's SQL Server connector (`preset: sqlserver`: commit LSN, change LSN,
 serial number; its initial snapshot's read events, without the last two, before every
 change), and DMS Files ordered by a sequence of two columns (a commit time, then the change's
 number in its transaction): the current state and the change-log history of each."""
@@ -21,13 +20,15 @@ number in its transaction): the current state and the change-log history of each
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import time
 from typing import Any
 
 import pytest
 import yaml
-from helpers.project import REPO
+from helpers.project import REPO, audit_rows
 
 pytestmark = pytest.mark.spark
 
@@ -268,6 +269,12 @@ RELOAD_FILES = [
         ("D", "2026-03-03 09:59:01.000000", 5, "Eve-2"),
         ("U", "2026-03-03 09:59:02.000000", 1, "Ann-3")]),
 ]  # fmt: skip
+# Run 4: the table reloaded again; its two Files hold bytes their paths held before (the first
+# load's, then the last reload's second File): the source is those rows again (key 2 re-inserted
+# and Ann's name restored without a change, Eve's delete undone). By the Files' names this is
+# a reload; by timestampColumnName the same bytes carry the same transfer times: a copy.
+AGAIN = ((1, "LOAD00000001.csv"), (3, "LOAD00000002.csv"))
+SAME_BYTES_RELOAD = [(4, name, rows) for run, name, rows in RELOAD_FILES if (run, name) in AGAIN]
 
 
 RELOADED_AT = "20260302-120000000"  # when DMS reloaded the table (between the change Files)
@@ -286,6 +293,8 @@ def reload_fold(runs: int) -> dict[int, str]:
             if name.startswith("2026") and (name.rsplit("/", 1)[1] > RELOADED_AT) == after
         ]  # fmt: skip
 
+    if runs >= 4:  # the same-bytes reload: the table is its rows
+        return {key: name for _, _, rows in SAME_BYTES_RELOAD for _, _, key, name in rows}
     state: dict[int, str] = {}
     if reload:
         state = {key: name for rows in reload for _, _, key, name in rows}
@@ -375,17 +384,22 @@ def composite_history(runs: int, order: Any) -> dict[int, list[tuple[str, bool]]
 
 
 @pytest.mark.parametrize("target", ["postgres", "local"])
-def test_a_dms_reload_replaces_the_table_by_file_order_and_by_timestamp_column(
+def test_dms_reloads_sql_server_snapshots_and_composite_sequences_follow_the_source(
     cli_project: Any, target: str
 ) -> None:
-    """A reload after two rounds of changes (`reloads: true`), its Files landing over two runs,
-    ordered by DMS's file names and by timestampColumnName: after each run the current state
-    is the fold's, and in the history the keys the reload lacks have no open version."""
+    """A DMS reload after two rounds of changes (`reloads: true`), its Files landing over two
+    runs, ordered by DMS's file names and by timestampColumnName, then a reload whose Files
+    hold bytes their paths held before: after each run the current state is the fold's, and in
+    the history the keys the reload lacks have no open version; `runner status --files` names
+    the same-bytes reload. Beside it, in the first run, SQL Server's snapshot and changes and
+    a DMS entity with a sequence of two columns (check_sqlserver_and_composite)."""
     cli = cli_project(target)
     install_dms(cli, "reload_by_file", "dms-reload/customers/**/*.csv", timestamp=False)
     install_dms(cli, "reload_by_time", "dms-reload-ts/customers/**/*.csv", timestamp=True)
-    for run in (1, 2, 3):
-        for when, name, rows in RELOAD_FILES:
+    land_sqlserver_and_composite(cli)
+    written = 0
+    for run in (1, 2, 3, 4):
+        for when, name, rows in RELOAD_FILES + SAME_BYTES_RELOAD:
             if when != run:
                 continue
             for folder, timestamp in (("dms-reload", False), ("dms-reload-ts", True)):
@@ -397,9 +411,14 @@ def test_a_dms_reload_replaces_the_table_by_file_order_and_by_timestamp_column(
                     for op, t, key, name_ in rows
                 ]  # fmt: skip
                 path.write_text("\n".join(lines) + "\n")
+                written += 1  # written a minute apart, as DMS writes them
+                os.utime(path, (time.time() - 86400 + 60 * written,) * 2)
         cli.runner("run")
-        expected = reload_fold(run)
+        if run == 1:
+            check_sqlserver_and_composite(cli)
         for entity in ("reload_by_file", "reload_by_time"):
+            # by a commit-time column, run 4's Files are copies: the table stays
+            expected = reload_fold(run if entity == "reload_by_file" else min(run, 3))
             rows_now = cli.table(f"{{{{ ref('{entity}_current') }}}}")
             got = {int(r["customer_id"]): r["name"] for r in rows_now}
             assert got == expected, (run, entity, got)
@@ -409,6 +428,18 @@ def test_a_dms_reload_replaces_the_table_by_file_order_and_by_timestamp_column(
             }
             assert open_ == expected, (run, entity, open_)
     assert reload_fold(3) == {1: "Ann-3", 3: "Cid-2", 6: "Fay", 7: "Gus-3"}
+    assert reload_fold(4) == {1: "Ann", 2: "Bob", 3: "Cid", 4: "Dot", 6: "Fay", 7: "Gus"}
+    # The same-bytes reload is two new Files, each naming the File at its path with its bytes;
+    # the copies under a commit-time column are the earlier Files seen again.
+    rows = audit_rows(cli, "select id, entity, path, reload_of, state, content_hash from files")
+    by_id = {r[0]: r for r in rows}
+    again = [r for r in rows if r[3] is not None]
+    assert sorted(r[2].rsplit("/", 1)[1] for r in again) == ["LOAD00000001.csv", "LOAD00000002.csv"]
+    shown = cli.runner("status", "--files").stdout
+    for _, entity, path, of, state, digest in again:
+        assert (entity, state, by_id[of][2]) == ("reload_by_file", "COMMITTED", path)
+        assert digest != by_id[of][5]  # staged, applied and marked as a File of its own
+        assert f"reload: the bytes of File {of} again" in shown, shown
     # Without the reload's meaning (its rows as inserts in DMS's order), another table: key 4
     # stays, and the reload's rows sort before every change.
     assert 4 in naive_dms_fold() and naive_dms_fold() != reload_fold(3)
@@ -422,19 +453,9 @@ def naive_dms_fold() -> dict[int, str]:
     return state
 
 
-def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources_do(
-    cli_project: Any,
-) -> None:
-    """On PostgreSQL, against folds of the Files, the current state and the change-log history
-    of two entities.
-    `debezium: {preset: sqlserver}` (SQLSERVER_FILES): the connector's initial snapshot (read
-    events with no change LSN or serial number) before every streamed change; LSNs past
-    0x...9 -> 0x...a as hexadecimal text; a key's primary-key update as a delete and a create
-    at one change LSN; a later File holding an earlier transaction's change. DMS CSV with
-    `sequence: [changed_at, change_no]` (COMPOSITE_FILES): the commit time decides, then the
-    change's number as a number, which neither column alone (nor the number as text) gives.
-    A `--full-refresh` of the first builds the same table again from every staged File."""
-    cli = cli_project("postgres")
+def land_sqlserver_and_composite(cli: Any) -> None:
+    """Two more entities' Files, applied by the first run: `debezium: {preset: sqlserver}`
+    (SQLSERVER_FILES) and DMS CSV with `sequence: [changed_at, change_no]` (COMPOSITE_FILES)."""
     sqlserver = install_sqlserver(cli.root)
     for name, events in SQLSERVER_FILES:
         (sqlserver / name).write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -445,8 +466,17 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
         lines = [f"{op},{t},{n},{key},{who},gold,1.00,2026-03-01 00:00:00"
                  for op, t, n, key, who in rows]  # fmt: skip
         (composite / name).write_text("\n".join(lines) + "\n")
-    cli.runner("run")
 
+
+def check_sqlserver_and_composite(cli: Any) -> None:
+    """Against folds of the Files, the current state and the change-log history of the two.
+    SQL Server: the connector's initial snapshot (read events with no change LSN or serial
+    number) before every streamed change; LSNs past 0x...9 -> 0x...a as hexadecimal text; a
+    key's primary-key update as a delete and a create at one change LSN; a later File holding
+    an earlier transaction's change. Composite: the commit time decides, then the change's
+    number as a number, which neither column alone (nor the number as text) gives. On
+    PostgreSQL, a `--full-refresh` of the first builds the same table again from every staged
+    File."""
     rows = cli.table("{{ ref('sqlserver_customers_current') }}")
     got = {int(r["id"]): r["first_name"] for r in rows}
     assert got == fold(SQLSERVER_FILES, lsns) == {1: "ann-b", 3: "bob-3", 4: "dee-2"}, got
@@ -457,12 +487,11 @@ def test_sql_server_snapshot_and_a_composite_dms_sequence_order_as_their_sources
     assert got_history == history(SQLSERVER_FILES, lsns), got_history
     assert got_history[3] == [("bob-late", False), ("bob-3", True)], got_history
     assert history(SQLSERVER_FILES, lambda e: 0) != got_history  # in arrival order: another
-    # --full-refresh forgets the table's markers and tombstones and applies every File again
-    cli.dbt("build", "--full-refresh", "--select", "sqlserver_customers_current")
-    again = {
-        int(r["id"]): r["first_name"] for r in cli.table("{{ ref('sqlserver_customers_current') }}")
-    }
-    assert again == got, again
+    if cli.target == "postgres":
+        # --full-refresh forgets the table's markers and tombstones and applies every File again
+        cli.dbt("build", "--full-refresh", "--select", "sqlserver_customers_current")
+        again = cli.table("{{ ref('sqlserver_customers_current') }}")
+        assert {int(r["id"]): r["first_name"] for r in again} == got, again
 
     want = composite_history(1, in_turn)
     rows = cli.table("{{ ref('by_two_current') }}")

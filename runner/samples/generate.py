@@ -11,6 +11,7 @@ import csv
 import json
 import random
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -217,7 +218,7 @@ def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path
                 values[c] = "" if op == "D" else _value(rng, types[c], n)
         return [values[c] for c in columns]
 
-    def write(path: Path, rows: list[list[str]]) -> Path:
+    def write(path: Path, rows: Iterable[list[str]]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="", encoding="utf-8") as handle:
             w = csv.writer(handle, lineterminator="\n")
@@ -228,7 +229,8 @@ def generate_entity(entity: Any, out_dir: Path, spec: GenerateSpec) -> list[Path
     alive = list(range(1, spec.initial + 1))
     alive_set = set(alive)
     deleted: list[int] = []
-    written = [write(out_dir / "LOAD00000001.csv", [row("I", n) for n in alive])]
+    # streamed: a full load of tens of millions of rows is never held in memory
+    written = [write(out_dir / "LOAD00000001.csv", (row("I", n) for n in alive))]
     next_key = spec.initial + 1
     per_file = [
         spec.incremental // spec.files + (i < spec.incremental % spec.files)
