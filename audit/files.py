@@ -183,7 +183,8 @@ class Files(Markers):
         )
         reload_of = None
         if found is not None:
-            if e.get("reloads") is None:
+            reloads = e.get("reloads")
+            if reloads is None or not reloads(file_name(e["path"])):
                 return Registration(FileRecord(**found), created=False)
             identity = reload_identity(e["content_hash"], e["path"], e["mtime"])
             again = (
@@ -236,18 +237,16 @@ class Files(Markers):
         detail = f"duplicate of File {original['id']} ({original['path']})" if original else None
         if reload_of is not None:
             detail = (
-                f"reload: the bytes of File {reload_of} rewritten at its path after changes were "
-                "staged"
+                f"reload: the bytes of File {reload_of} written at its path again, after change "
+                "Files"
             )
         self._event(conn, row["id"], None, state.value, e["process_id"], detail)
         return Registration(FileRecord(**row), created=True)
 
     def _rewritten_reload(self, conn: Connection, e: dict[str, Any]) -> bool:
-        """Whether ``e``, a File at a path that held its bytes before, is a reload rewritten
-        there (see :meth:`register_file`)."""
-        reloads = e.get("reloads")
-        if reloads is None or not reloads(file_name(e["path"])):
-            return False
+        """Whether ``e``, a reload File at a path that held its bytes before, is a reload
+        rewritten there (see :meth:`register_file`)."""
+        reloads = e["reloads"]
         at_path = conn.execute(
             select(files_t.c.mtime, files_t.c.staged_at).where(
                 files_t.c.entity == e["entity"], files_t.c.path == e["path"]

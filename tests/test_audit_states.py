@@ -322,7 +322,7 @@ def test_a_reload_file_rewritten_with_bytes_its_path_held_is_a_new_file_only_aft
     assert (reload.file.state, reload.file.duplicate_of) == ("PENDING", None)
     assert reload.file.content_hash not in ("a" * 64, load.file.content_hash)
     assert audit_db.events(reload.file.id)[0]["detail"] == (
-        f"reload: the bytes of File {load.file.id} rewritten at its path after changes were staged"
+        f"reload: the bytes of File {load.file.id} written at its path again, after change Files"
     )
     again = sighting("LOAD00000001.csv", "a" * 64, 5)  # another run, the same rewrite
     assert (again.created, again.file.id) == (False, reload.file.id)
