@@ -15,7 +15,10 @@ runs) and by timestampColumnName, then a reload whose Files hold bytes their pat
 Beside them: Debezium's SQL Server connector (`preset: sqlserver`: commit LSN, change LSN,
 serial number; its initial snapshot's read events, without the last two, before every
 change), and DMS Files ordered by a sequence of two columns (a commit time, then the change's
-number in its transaction): the current state and the change-log history of each."""
+number in its transaction): the current state and the change-log history of each.
+
+All of them are entities of one project, run four times per target: a project and a run cost
+their setup once for every entity in them."""
 
 from __future__ import annotations
 
@@ -134,28 +137,29 @@ def binlog(e: dict) -> tuple:
     return (number, s["pos"], s["row"], e["ts_ms"])
 
 
-@pytest.mark.parametrize("target", ["postgres", "local"])
-def test_mysql_binlog_positions_order_changes_across_files_and_rotations(
-    cli_project: Any, target: str
-) -> None:
-    cli = cli_project(target)
-    models = cli.root / "dbt_project" / "models" / "debezium_mysql"
-    shutil.copytree(EXAMPLE, models)  # as a user installs the example
+def install_mysql(cli: Any) -> Any:
+    """docs/examples/debezium_mysql, installed as a user installs the example; its landing."""
+    shutil.copytree(EXAMPLE, cli.root / "dbt_project" / "models" / "debezium_mysql")
     landing = cli.root / "landing" / "debezium-mysql" / "customers"
     landing.mkdir(parents=True)
-    written: list[tuple[str, list[dict]]] = []
-    for run in (1, 2):
-        for (name, when), events in FILES.items():
-            if when == run:
-                (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
-                written.append((name, events))
-        cli.runner("run")
-        rows = cli.table("{{ ref('mysql_customers_current') }}")
-        got = {int(r["id"]): r["first_name"] for r in rows}
-        assert got == fold(written, binlog), (run, got)
-        assert versions(cli.table("{{ ref('mysql_customers_history') }}")) == history(written)
-    # The scenario tells the orders apart: by position alone, or the file name as text,
-    # another customer wins.
+    return landing
+
+
+def land_mysql(landing: Any, run: int, written: list[tuple[str, list[dict]]]) -> None:
+    for (name, when), events in FILES.items():
+        if when == run:
+            (landing / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+            written.append((name, events))
+
+
+def check_mysql(cli: Any, written: list[tuple[str, list[dict]]], run: int) -> None:
+    """The MySQL entity's current state and history against the fold of the Files landed so
+    far in binlog order; the scenario tells the orders apart (by position alone, or the file
+    name as text, another customer wins)."""
+    rows = cli.table("{{ ref('mysql_customers_current') }}")
+    got = {int(r["id"]): r["first_name"] for r in rows}
+    assert got == fold(written, binlog), (run, got)
+    assert versions(cli.table("{{ ref('mysql_customers_history') }}")) == history(written)
     everything = [(n, es) for (n, _), es in FILES.items()]
     for wrong in (
         lambda e: (e["source"]["pos"], e["source"]["row"], e["ts_ms"]),
@@ -384,25 +388,33 @@ def composite_history(runs: int, order: Any) -> dict[int, list[tuple[str, bool]]
 
 
 @pytest.mark.parametrize("target", ["postgres", "local"])
-def test_dms_reloads_sql_server_snapshots_and_composite_sequences_follow_the_source(
-    cli_project: Any, target: str
-) -> None:
-    """A DMS reload after two rounds of changes (`reloads: true`), its Files landing over two
-    runs, ordered by DMS's file names and by timestampColumnName, then a reload whose Files
-    hold bytes their paths held before: after each run the current state is the fold's, and in
-    the history the keys the reload lacks have no open version; `runner status --files` names
-    the same-bytes reload. Beside it, in the first run, SQL Server's snapshot and changes and
-    a DMS entity with a sequence of two columns (check_sqlserver_and_composite)."""
+def test_each_source_s_changes_apply_in_the_order_it_defines(cli_project: Any, target: str) -> None:
+    """One project, four runs, five entities (four on local Spark). A DMS reload after two
+    rounds of changes (`reloads: true`), its Files landing over two runs, ordered by DMS's file
+    names and (on PostgreSQL) by timestampColumnName, then a reload whose Files hold bytes
+    their paths held before: after each run the current state is the fold's, and in the
+    history the keys the reload lacks have no open version; `runner status --files` names the
+    same-bytes reload. Beside it: MySQL's binlog positions over the first two runs
+    (check_mysql), and in the first run SQL Server's snapshot and changes and a DMS entity
+    with a sequence of two columns (check_sqlserver_and_composite)."""
     cli = cli_project(target)
     install_dms(cli, "reload_by_file", "dms-reload/customers/**/*.csv", timestamp=False)
-    install_dms(cli, "reload_by_time", "dms-reload-ts/customers/**/*.csv", timestamp=True)
+    # By timestampColumnName on PostgreSQL only: what differs from file order is staging's
+    # (the same Spark code for both targets); each target's apply is the file order entity's.
+    by_time = target == "postgres"
+    if by_time:
+        install_dms(cli, "reload_by_time", "dms-reload-ts/customers/**/*.csv", timestamp=True)
+    entities = ("reload_by_file", "reload_by_time") if by_time else ("reload_by_file",)
+    folders = (("dms-reload", False), ("dms-reload-ts", True))[: len(entities)]
     land_sqlserver_and_composite(cli)
+    mysql, mysql_files = install_mysql(cli), []
     written = 0
     for run in (1, 2, 3, 4):
+        land_mysql(mysql, run, mysql_files)
         for when, name, rows in RELOAD_FILES + SAME_BYTES_RELOAD:
             if when != run:
                 continue
-            for folder, timestamp in (("dms-reload", False), ("dms-reload-ts", True)):
+            for folder, timestamp in folders:
                 path = cli.root / "landing" / folder / "customers" / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 lines = [
@@ -414,9 +426,11 @@ def test_dms_reloads_sql_server_snapshots_and_composite_sequences_follow_the_sou
                 written += 1  # written a minute apart, as DMS writes them
                 os.utime(path, (time.time() - 86400 + 60 * written,) * 2)
         cli.runner("run")
+        if run <= 2:
+            check_mysql(cli, mysql_files, run)
         if run == 1:
             check_sqlserver_and_composite(cli)
-        for entity in ("reload_by_file", "reload_by_time"):
+        for entity in entities:
             # by a commit-time column, run 4's Files are copies: the table stays
             expected = reload_fold(run if entity == "reload_by_file" else min(run, 3))
             rows_now = cli.table(f"{{{{ ref('{entity}_current') }}}}")
