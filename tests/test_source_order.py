@@ -282,6 +282,11 @@ SAME_BYTES_RELOAD = [(4, name, rows) for run, name, rows in RELOAD_FILES if (run
 
 
 RELOADED_AT = "20260302-120000000"  # when DMS reloaded the table (between the change Files)
+# By timestampColumnName only: a change File DMS wrote before the reload (key 8 inserted and
+# deleted before it), landing in the reload's run: its rows go before the reload, by their times.
+BEFORE_THE_RELOAD = (2, "2026/03/02/20260302-113000000.csv", [
+    ("I", "2026-03-02 11:00:00.000000", 8, "Hal"),
+    ("D", "2026-03-02 11:30:00.000000", 8, "Hal")])  # fmt: skip
 
 
 def reload_fold(runs: int) -> dict[int, str]:
@@ -411,10 +416,12 @@ def test_each_source_s_changes_apply_in_the_order_it_defines(cli_project: Any, t
     written = 0
     for run in (1, 2, 3, 4):
         land_mysql(mysql, run, mysql_files)
-        for when, name, rows in RELOAD_FILES + SAME_BYTES_RELOAD:
+        for when, name, rows in [*RELOAD_FILES, *SAME_BYTES_RELOAD, BEFORE_THE_RELOAD]:
             if when != run:
                 continue
             for folder, timestamp in folders:
+                if (when, name, rows) == BEFORE_THE_RELOAD and not timestamp:
+                    continue
                 path = cli.root / "landing" / folder / "customers" / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 lines = [
@@ -441,6 +448,10 @@ def test_each_source_s_changes_apply_in_the_order_it_defines(cli_project: Any, t
                 int(r["customer_id"]): r["name"] for r in versions_ if r["_cdc_valid_to"] is None
             }
             assert open_ == expected, (run, entity, open_)
+            if entity == "reload_by_time" and run >= 2:  # key 8's version ends before the reload
+                (hal,) = [r for r in versions_ if int(r["customer_id"]) == 8]
+                reloaded = [r["_cdc_valid_from"] for r in versions_ if r["name"] == "Ann-R"]
+                assert hal["_cdc_valid_to"] is not None and hal["_cdc_valid_to"] < reloaded[0]
     assert reload_fold(3) == {1: "Ann-3", 3: "Cid-2", 6: "Fay", 7: "Gus-3"}
     assert reload_fold(4) == {1: "Ann", 2: "Bob", 3: "Cid", 4: "Dot", 6: "Fay", 7: "Gus"}
     # The same-bytes reload is two new Files, each naming the File at its path with its bytes;
