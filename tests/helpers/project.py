@@ -361,7 +361,7 @@ class Cli:
     def table(self, relation: str) -> list[dict]:
         """Every row of a model or source through `dbt show` (the destination's own answer),
         values as `dbt show --output json` gives them. Local tables are read by this process's
-        SparkSession (see `read_here`)."""
+        SparkSession, PostgreSQL's by a query from this process (see `read_here`)."""
         here = self.read_here(relation)
         if here is not None:
             return here
@@ -372,14 +372,71 @@ class Cli:
         return [{k.lower(): v for k, v in r.items()} for r in json.loads(out.stdout)["show"]]
 
     def read_here(self, relation: str) -> list[dict] | None:
-        """`dbt show` costs a JVM in a process and a parse in this one; on the local target a
-        table is as readable from this process's SparkSession, at the metadata file the
-        project's JDBC catalog schema names for it: a plain `ref`, a state or staging table's
-        `source` or schema.table, with an optional `where`. The rows go through the agate
-        table `dbt show` makes, so the values are the same. None: read it with `dbt show`.
-        (The cluster target's warehouse is a folder of this machine too.)"""
+        """`dbt show` costs a JVM in a process and a parse in this one; a table is as
+        readable from this process: on the local target by its SparkSession, at the metadata
+        file the project's JDBC catalog schema names for it, on PostgreSQL by a query of the
+        server. A plain `ref`, a state or staging table's `source` or schema.table, with an
+        optional `where`. The rows go through the agate table `dbt show` makes, so the values
+        are the same. None: read it with `dbt show` (not such a relation, or not a table of
+        this name where the project keeps it: an alias, a view, a custom schema). (The cluster
+        target's warehouse is a folder of this machine too.)"""
+        if self.target == "postgres":
+            return self._read_postgres(relation)
         if self.target not in ("local", "cluster") or None in (self.spark, self.catalog_schema):
             return None
+        found = self._plain_table(relation)
+        if found is None:
+            return None
+        table, where = found
+        conn = env_pg_connect(self.env)  # the server the catalog is on
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f'select metadata_location from "{self.catalog_schema}".iceberg_tables '
+                    "where catalog_name = 'spark_catalog' and table_namespace = %s "
+                    "and table_name = %s and iceberg_type = 'TABLE'",
+                    table.split("."),
+                )
+                found_tables = cur.fetchall()
+        finally:
+            conn.close()
+        if len(found_tables) != 1:
+            return None  # an alias, a snapshot elsewhere, a view: as dbt resolves it
+        spark = self.spark()  # type: ignore[misc]
+        df = spark.read.format("iceberg").load(found_tables[0][0])
+        if where:
+            df = df.where(where)
+        columns = list(df.columns)
+        return as_dbt_shows(columns, [dict(zip(columns, row, strict=True)) for row in df.collect()])
+
+    def _read_postgres(self, relation: str) -> list[dict] | None:
+        """A table of the project on PostgreSQL, read as dbt-postgres reads a query's result
+        (psycopg2 rows, then agate's table)."""
+        found = self._plain_table(relation)
+        if found is None:
+            return None
+        (schema, name), where = found[0].split("."), found[1]
+        conn = env_pg_connect(self.env)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "select 1 from information_schema.tables where table_schema = %s "
+                    "and table_name = %s and table_type = 'BASE TABLE'",
+                    (schema, name),
+                )
+                if cur.fetchone() is None:
+                    return None
+                cur.execute(
+                    f'select * from "{schema}"."{name}"' + (f" where {where}" if where else "")
+                )
+                columns = [c[0] for c in cur.description]
+                rows = cur.fetchall()
+        finally:
+            conn.close()
+        return as_dbt_shows(columns, [dict(zip(columns, row, strict=True)) for row in rows])
+
+    def _plain_table(self, relation: str) -> tuple[str, str | None] | None:
+        """``schema.table`` and the where clause of a relation `read_here` reads, or None."""
         match = SIMPLE_RELATION.fullmatch(relation.strip())
         if match is None:
             return None
@@ -398,31 +455,17 @@ class Cli:
             if entity is None:
                 return None
             table = f"{entity.staging_schema}.{entity.staging_table}"
-        conn = env_pg_connect(self.env)  # the server the catalog is on
-        try:
-            with conn.cursor() as cur:
-                cur.execute(
-                    f'select metadata_location from "{self.catalog_schema}".iceberg_tables '
-                    "where catalog_name = 'spark_catalog' and table_namespace = %s "
-                    "and table_name = %s and iceberg_type = 'TABLE'",
-                    table.split("."),
-                )
-                found = cur.fetchall()
-        finally:
-            conn.close()
-        if len(found) != 1:
-            return None  # an alias, a snapshot elsewhere, a view: as dbt resolves it
-        from dbt_common.clients.agate_helper import table_from_data_flat
+        return table, where
 
-        spark = self.spark()  # type: ignore[misc]
-        df = spark.read.format("iceberg").load(found[0][0])
-        if where:
-            df = df.where(where)
-        columns = list(df.columns)
-        data = [dict(zip(columns, row, strict=True)) for row in df.collect()]
-        shown = io.StringIO()
-        table_from_data_flat(data, columns).to_json(shown)
-        return [{k.lower(): v for k, v in r.items()} for r in json.loads(shown.getvalue())]
+
+def as_dbt_shows(columns: list[str], data: list[dict]) -> list[dict]:
+    """Rows as `dbt show --output json` gives them: through the agate table dbt makes of a
+    query's result, keys in lower case."""
+    from dbt_common.clients.agate_helper import table_from_data_flat
+
+    shown = io.StringIO()
+    table_from_data_flat(data, columns).to_json(shown)
+    return [{k.lower(): v for k, v in r.items()} for r in json.loads(shown.getvalue())]
 
 
 # What Cli.read_here reads without dbt: {{ ref('m') }}, {{ source('cdc_state' or
