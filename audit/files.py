@@ -170,34 +170,14 @@ class Files(Markers):
 
     def _register_in(self, conn: Connection, e: dict[str, Any]) -> Registration:
         """One File's registration, in ``conn``'s transaction (see :meth:`register_file`)."""
-        found = (
-            conn.execute(
-                select(files_t).where(
-                    files_t.c.entity == e["entity"],
-                    files_t.c.path == e["path"],
-                    files_t.c.content_hash == e["content_hash"],
-                )
-            )
-            .mappings()
-            .first()
-        )
+        found = self._sighting(conn, e["entity"], e["path"], e["content_hash"])
         reload_of = None
         if found is not None:
             reloads = e.get("reloads")
             if reloads is None or not reloads(file_name(e["path"])):
                 return Registration(FileRecord(**found), created=False)
             identity = reload_identity(e["content_hash"], e["path"], e["mtime"])
-            again = (
-                conn.execute(
-                    select(files_t).where(
-                        files_t.c.entity == e["entity"],
-                        files_t.c.path == e["path"],
-                        files_t.c.content_hash == identity,
-                    )
-                )
-                .mappings()
-                .first()
-            )
+            again = self._sighting(conn, e["entity"], e["path"], identity)
             if again is not None:  # the same rewrite, registered by another run
                 return Registration(FileRecord(**again), created=False)
             if not self._rewritten_reload(conn, e):
@@ -242,6 +222,14 @@ class Files(Markers):
             )
         self._event(conn, row["id"], None, state.value, e["process_id"], detail)
         return Registration(FileRecord(**row), created=True)
+
+    @staticmethod
+    def _sighting(conn: Connection, entity: str, path: str, digest: str) -> Any:
+        """The row of ``entity``'s File at ``path`` with content hash ``digest``, or None."""
+        query = select(files_t).where(
+            files_t.c.entity == entity, files_t.c.path == path, files_t.c.content_hash == digest
+        )
+        return conn.execute(query).mappings().first()
 
     def _rewritten_reload(self, conn: Connection, e: dict[str, Any]) -> bool:
         """Whether ``e``, a reload File at a path that held its bytes before, is a reload
