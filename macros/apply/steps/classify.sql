@@ -79,7 +79,7 @@
     (cdc_tomb). -#}
 {% macro _dest_and_tombstone(ctx, alias) -%}
   {%- set q, lin = adapter.quote, ctx.lin -%}
-    left join {{ ctx.target }} as cdc_dest
+    left join {{ cdc.apply_dest_rows(ctx) }} as cdc_dest
       on {{ cdc._on_keys(ctx.key_columns, 'cdc_dest', alias) }}
       {%- if ctx.truncates %}
       and ({{ alias }}.{{ q('cdc__watermark') }} is null or cdc_dest.{{ lin.sequence }} > {{ alias }}.{{ q('cdc__watermark') }})
@@ -88,6 +88,29 @@
       on cdc_tomb.{{ q('target_table') }} = {{ ctx.this_table }}
       and cdc_tomb.{{ q('key_text') }} = {{ cdc._key_text(alias, ctx.key_columns) }}
 {%- endmacro %}
+
+{#- The target rows the classification joins (alias cdc_dest). On Spark, only the rows of the
+    batch's keys, by a semi join with the batch's staged keys: with the runtime bloom filter
+    settings of profiles.example.yml, Spark filters the target's scan by those keys before
+    its shuffle, where a plain join shuffles and sorts every target row. -#}
+{% macro apply_dest_rows(ctx) %}
+  {{ return(adapter.dispatch('apply_dest_rows', 'cdc')(ctx)) }}
+{% endmacro %}
+{% macro default__apply_dest_rows(ctx) %}
+  {{ return(ctx.target) }}
+{% endmacro %}
+{% macro spark__apply_dest_rows(ctx) %}
+  {%- set keys = ctx.key_columns | join(', ') -%}
+  {%- set sql -%}
+    (select * from {{ ctx.target }}
+     where ({{ keys }}) in (
+       select {% for k in ctx.key_columns %}cdc_keys.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+       from {{ ctx.source }} as cdc_keys
+       where {{ cdc.in_batch_files(ctx, 'cdc_keys.' ~ ctx.lin.file_hash) }}
+     ))
+  {%- endset -%}
+  {{ return(sql) }}
+{% endmacro %}
 
 {#- With truncates declared: the one-row watermark (the newer of the batch's truncate and the
     table's last), joined to every change as cdc_trunc. -#}

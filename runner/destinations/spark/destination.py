@@ -114,6 +114,16 @@ def quote(*parts: str) -> str:
     return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
 
 
+# The apply's classification joins a day's keys with its target through those keys
+# (macros/apply/steps/classify.sql: apply_dest_rows); Spark filters the target's scan by a
+# bloom filter of them when the scan is over 32 MB (its default: 10 GB). As in
+# profiles.example.yml, for profiles written before these settings were there.
+APPLY_JOIN_DEFAULTS: dict[str, str] = {
+    "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "32MB",
+    "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "1GB",
+}
+
+
 class SparkDestination(Destination):
     """dbt-spark targets. The profile's ``server_side_parameters`` are THE Spark settings: the
     runner's session and a standalone ``dbt build`` read them from the same place."""
@@ -136,9 +146,8 @@ class SparkDestination(Destination):
     ) -> SparkSession:
         # enableHiveSupport(), like dbt-spark's session method, so that a dbt run in the same
         # process gets this very session back from getOrCreate().
-        return build_session(
-            self.project, self.spark_conf(), app_name, hive_support=True, small_work=small_work
-        )
+        conf = {**APPLY_JOIN_DEFAULTS, **self.spark_conf()}  # the profile's settings win
+        return build_session(self.project, conf, app_name, hive_support=True, small_work=small_work)
 
     def writer(self) -> StagingWriter:
         return SparkTableWriter("iceberg", state_schema=self.state_schema)
