@@ -126,7 +126,8 @@ APPLY_JOIN_DEFAULTS: dict[str, str] = {
 
 class SparkDestination(Destination):
     """dbt-spark targets. The profile's ``server_side_parameters`` are THE Spark settings: the
-    runner's session and a standalone ``dbt build`` read them from the same place."""
+    runner's session and a standalone ``dbt build`` read them from the same place (the
+    runner's session adds ``APPLY_JOIN_DEFAULTS`` where the profile does not set them)."""
 
     reads_through_spark = True
 
