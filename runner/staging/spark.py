@@ -286,7 +286,7 @@ def _stage_group(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    if _one_pass_fits(entity, files, writer, reload):
+    if _one_pass_fits(entity, files, writer, reload, spark.sparkContext.defaultParallelism):
         try:
             with _session_conf(spark, {SPLIT: WHOLE_FILE, OPEN_COST: WHOLE_FILE}):
                 _stage_in_one_pass(
@@ -471,9 +471,8 @@ def _stage_group(
 SPLIT = "spark.sql.files.maxPartitionBytes"
 OPEN_COST = "spark.sql.files.openCostInBytes"
 WHOLE_FILE = str(1 << 40)
-#: Staged in one pass: batches of at most this many Files, none larger than this or than a
-#: quarter of the batch (more, smaller Files are packed into tasks by the two passes; a File
-#: larger than that is split among tasks by them).
+#: Staged in one pass: batches of at most this many Files, and no File so large that its one
+#: task outlasts the two passes (below). Files up to ONE_PASS_BYTES always fit.
 ONE_PASS_FILES = 64
 ONE_PASS_BYTES = 128 << 20
 
@@ -483,9 +482,16 @@ def _one_pass_fits(
     files: list[FileToStage],
     writer: StagingWriter,
     reload: reloads.ReloadPlan | None,
+    cores: int,
 ) -> bool:
     """Whether a group is staged in one pass: a change entity of CSV, JSON or Parquet Files,
-    a writer that reads back what it appended, local Files, few enough and none too large."""
+    a writer that reads back what it appended, local Files, few enough and none too large.
+
+    One pass reads each File in one task: the batch takes about as long as its largest File
+    or its bytes shared among the ``cores``, whichever is longer. The two passes read the
+    batch twice, split among the cores (about twice the bytes per core). So one pass is taken
+    while the largest File is at most 1.5 times a core's share of the batch (a File of a
+    third of the batch on 2 cores: a full load beside its change Files)."""
     if not writer.reads_back or entity.mode != "cdc" or entity.format == "debezium":
         return False
     if reload is not None and reload.starts and not reload.carried:
@@ -494,8 +500,7 @@ def _one_pass_fits(
     if len(files) > ONE_PASS_FILES or len(local) != len(files):
         return False
     sizes = [p.stat().st_size for p in local]
-    # One task per File: a File much larger than the others would be one long task.
-    return max(sizes, default=0) <= max(ONE_PASS_BYTES, sum(sizes) // 4)
+    return max(sizes, default=0) <= max(ONE_PASS_BYTES, sum(sizes) * 3 // (2 * max(cores, 1)))
 
 
 def _stage_in_one_pass(
